@@ -1,0 +1,39 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Both install what they need.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint up down status clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -U pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+## Bring up the local cluster (real kube-apiserver + kwok, real Slurm) and say how to reach it.
+demo: $(STAMP)
+	$(BIN)/python -m testbed up
+
+## Lint, type-check, then every test (the end-to-end ones start the test bed, or reuse it).
+test: $(STAMP)
+	$(BIN)/python -m testbed build
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+up: demo
+
+down: $(STAMP)
+	$(BIN)/python -m testbed down
+
+status: $(STAMP)
+	$(BIN)/python -m testbed status
+
+clean: down
+	rm -rf $(VENV)

@@ -1,0 +1,260 @@
+"""Build the test bed's binaries and Slurm chroot once, and cache them outside the repository.
+
+Everything comes from package registries through their ordinary clients: the Go module proxy
+(``go``) for etcd, kube-apiserver, kubectl, kwok and helm, and Debian's archive (``debootstrap``)
+for Slurm. Each artefact is cached under its version, so a second ``up`` builds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.errors import TestbedError
+
+KUBERNETES_VERSION = "v1.35.4"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.7.0"
+HELM_VERSION = "v3.19.5"
+
+#: Debian suite -> the Slurm release it ships (what ``up --slurm-suite`` accepts).
+SLURM_SUITES = {"trixie": "24.11", "sid": "26.05"}
+DEFAULT_SUITE = "trixie"
+CHROOT_PACKAGES = (
+    "slurmctld",
+    "slurmd",
+    "slurmrestd",
+    "munge",
+    "slurm-client",
+    "slurm-wlm-jwt-plugin",
+    "curl",
+    "ca-certificates",
+    "procps",
+)
+
+
+def cache_root() -> Path:
+    """Where builds are kept: ``$SUNK_TESTBED_CACHE`` or ``~/.cache/sunk-testbed``."""
+    env = os.environ.get("SUNK_TESTBED_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "sunk-testbed"
+
+
+def say(message: str) -> None:
+    print(f"[testbed] {message}", file=sys.stderr, flush=True)
+
+
+def _run(cmd: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
+         what: str, log: Path) -> None:
+    """Run a slow build step, printing a heartbeat, and keep its output in ``log``."""
+    start = time.monotonic()
+    done = threading.Event()
+
+    def heartbeat() -> None:
+        while not done.wait(30):
+            say(f"  ... still {what} ({time.monotonic() - start:.0f}s)")
+
+    ticker = threading.Thread(target=heartbeat, daemon=True)
+    ticker.start()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with log.open("ab") as out:
+            out.write(f"\n$ {' '.join(cmd)}\n".encode())
+            out.flush()
+            proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    finally:
+        done.set()
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-15:]
+        raise TestbedError(f"{what} failed (exit {proc.returncode}); last lines of {log}:\n"
+                           + "\n".join(tail))
+
+
+@dataclass(frozen=True)
+class Binaries:
+    etcd: Path
+    kube_apiserver: Path
+    kubectl: Path
+    kwok: Path
+    helm: Path
+
+
+def _go_env(work: Path) -> dict[str, str]:
+    if shutil.which("go") is None:
+        raise TestbedError("the Go toolchain is needed to build the test bed (`go` not on PATH)")
+    env = dict(os.environ)
+    env.update(CGO_ENABLED="0", GOFLAGS="-mod=mod", GOWORK="off")
+    env.setdefault("GOPATH", str(Path.home() / "go"))
+    return env
+
+
+def _staging_replaces(version: str, env: dict[str, str], log: Path) -> list[str]:
+    """The staging modules k8s.io/kubernetes replaces with ./staging/..., read from its go.mod."""
+    out = subprocess.run(["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
+                         env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(out.stdout + out.stderr)
+        raise TestbedError(f"could not download k8s.io/kubernetes@{version}: {out.stderr.strip()}")
+    gomod = Path(json.loads(out.stdout)["GoMod"]).read_text()
+    staging = version.replace("v1.", "v0.", 1)
+    mods = sorted(set(re.findall(r"^\s*(k8s\.io/[\w./-]+)\s+=>\s+\./staging/", gomod, re.M)))
+    if not mods:
+        raise TestbedError(f"k8s.io/kubernetes@{version} go.mod lists no staging replaces")
+    return [f"replace {m} => {m} {staging}" for m in mods]
+
+
+def _build_kubernetes(bins: Path, logs: Path) -> tuple[Path, Path]:
+    apiserver = bins / f"kube-apiserver-{KUBERNETES_VERSION}"
+    kubectl = bins / f"kubectl-{KUBERNETES_VERSION}"
+    if apiserver.exists() and kubectl.exists():
+        return apiserver, kubectl
+    work = cache_root() / "build" / f"kubernetes-{KUBERNETES_VERSION}"
+    work.mkdir(parents=True, exist_ok=True)
+    env = _go_env(work)
+    log = logs / f"kubernetes-{KUBERNETES_VERSION}.log"
+    say(f"building kube-apiserver and kubectl {KUBERNETES_VERSION} from Go modules "
+        "(first run only: 10 to 20 minutes on 2 cores)")
+    replaces = _staging_replaces(KUBERNETES_VERSION, env, log)
+    (work / "go.mod").write_text(
+        "module sunk.local/testbed/kubernetes\n\ngo 1.25.0\n\n"
+        f"require k8s.io/kubernetes {KUBERNETES_VERSION}\n\n" + "\n".join(replaces) + "\n")
+    (work / "tools.go").write_text(
+        "//go:build tools\n\npackage tools\n\nimport (\n"
+        '\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kubectl"\n)\n')
+    _run(["go", "mod", "tidy"], cwd=work, env=env, what="resolving Kubernetes modules", log=log)
+    major, minor = KUBERNETES_VERSION.lstrip("v").split(".")[:2]
+    stamps = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        stamps += [f"-X {pkg}.gitVersion={KUBERNETES_VERSION}", f"-X {pkg}.gitMajor={major}",
+                   f"-X {pkg}.gitMinor={minor}", f"-X {pkg}.gitTreeState=clean"]
+    ldflags = " ".join(["-s", "-w", *stamps])
+    for name, out in (("kube-apiserver", apiserver), ("kubectl", kubectl)):
+        if out.exists():
+            continue
+        tmp = out.with_suffix(".tmp")
+        _run(["go", "build", "-trimpath", "-tags=selinux,notest,grpcnotrace",
+              f"-ldflags={ldflags}", "-o", str(tmp), f"k8s.io/kubernetes/cmd/{name}"],
+             cwd=work, env=env, what=f"building {name}", log=log)
+        tmp.rename(out)
+    return apiserver, kubectl
+
+
+def _build_etcd(bins: Path, logs: Path) -> Path:
+    out = bins / f"etcd-{ETCD_VERSION}"
+    if out.exists():
+        return out
+    work = cache_root() / "build" / f"etcd-{ETCD_VERSION}"
+    work.mkdir(parents=True, exist_ok=True)
+    env = _go_env(work)
+    log = logs / f"etcd-{ETCD_VERSION}.log"
+    say(f"building etcd {ETCD_VERSION} (first run only: a few minutes)")
+    (work / "go.mod").write_text("module sunk.local/testbed/etcd\n\ngo 1.25.0\n\n"
+                                 f"require go.etcd.io/etcd/server/v3 {ETCD_VERSION}\n")
+    (work / "tools.go").write_text(
+        '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n')
+    _run(["go", "mod", "tidy"], cwd=work, env=env, what="resolving etcd modules", log=log)
+    tmp = out.with_suffix(".tmp")
+    _run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(tmp),
+          "go.etcd.io/etcd/server/v3"], cwd=work, env=env, what="building etcd", log=log)
+    tmp.rename(out)
+    return out
+
+
+def _go_install(bins: Path, logs: Path, name: str, module: str, version: str,
+                ldflags: str = "-s -w") -> Path:
+    out = bins / f"{name}-{version}"
+    if out.exists():
+        return out
+    gobin = cache_root() / "build" / f"{name}-{version}"
+    gobin.mkdir(parents=True, exist_ok=True)
+    env = _go_env(gobin)
+    env["GOBIN"] = str(gobin)
+    env["GOFLAGS"] = ""
+    say(f"building {name} {version} (first run only: a few minutes)")
+    _run(["go", "install", "-trimpath", f"-ldflags={ldflags}", f"{module}@{version}"],
+         env=env, what=f"building {name}", log=logs / f"{name}-{version}.log")
+    (gobin / name).rename(out)
+    return out
+
+
+def build_binaries() -> Binaries:
+    """Build (or find cached) every Go binary the test bed runs."""
+    bins = cache_root() / "bin"
+    logs = cache_root() / "logs"
+    bins.mkdir(parents=True, exist_ok=True)
+    etcd = _build_etcd(bins, logs)
+    apiserver, kubectl = _build_kubernetes(bins, logs)
+    kwok = _go_install(bins, logs, "kwok", "sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION)
+    helm = _go_install(bins, logs, "helm", "helm.sh/helm/v3/cmd/helm", HELM_VERSION,
+                       f"-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION}")
+    return Binaries(etcd=etcd, kube_apiserver=apiserver, kubectl=kubectl, kwok=kwok, helm=helm)
+
+
+def debian_mirror() -> str:
+    """The Debian archive this machine's apt uses (or ``$SUNK_DEBIAN_MIRROR``)."""
+    if env := os.environ.get("SUNK_DEBIAN_MIRROR"):
+        return env
+    sources = [*Path("/etc/apt/sources.list.d").glob("*.sources"), Path("/etc/apt/sources.list"),
+               *Path("/etc/apt/sources.list.d").glob("*.list")]
+    for src in sources:
+        if not src.is_file():
+            continue
+        for uri in re.findall(r"(?:URIs:|^deb)\s+(?:\[[^]]*\]\s+)?(\S+)", src.read_text(), re.M):
+            if uri.rstrip("/").endswith("/debian"):
+                return str(uri)
+    raise TestbedError("no Debian archive found in /etc/apt sources; set SUNK_DEBIAN_MIRROR")
+
+
+def check_suite(suite: str) -> None:
+    if suite not in SLURM_SUITES:
+        raise TestbedError(f"unknown Slurm suite {suite!r}: choose one of "
+                           + ", ".join(f"{s} (Slurm {v})" for s, v in SLURM_SUITES.items()))
+
+
+def _ensure_host_packages(*commands: tuple[str, str]) -> None:
+    missing = [pkg for cmd, pkg in commands if shutil.which(cmd) is None]
+    if not missing:
+        return
+    say(f"installing host packages: {' '.join(missing)}")
+    log = cache_root() / "logs" / "apt.log"
+    _run(["apt-get", "update"], what="apt-get update", log=log)
+    _run(["apt-get", "install", "-y", "--no-install-recommends", *missing],
+         env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, what="apt-get install", log=log)
+
+
+def build_chroot(suite: str) -> Path:
+    """A Debian ``suite`` chroot with Slurm, munge and the JWT plugin, built once per suite."""
+    check_suite(suite)
+    root = cache_root() / f"chroot-{suite}"
+    if (root / ".sunk-ready").exists():
+        return root
+    _ensure_host_packages(("debootstrap", "debootstrap"))
+    if root.exists():
+        shutil.rmtree(root)
+    tmp = root.with_name(root.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    say(f"building the Debian {suite} chroot with Slurm {SLURM_SUITES[suite]} "
+        "(first run only: about a minute)")
+    _run(["debootstrap", "--variant=minbase", f"--include={','.join(CHROOT_PACKAGES)}",
+          suite, str(tmp), debian_mirror()],
+         what=f"debootstrap {suite}", log=cache_root() / "logs" / f"chroot-{suite}.log")
+    # Daemons read their configuration from /run/slurm (a tmpfs per `up`); point the usual
+    # places there so `sinfo`, `scontrol` and friends inside the chroot find it.
+    for link, target in (("etc/slurm", "/run/slurm/etc"), ("etc/munge", "/run/munge-etc")):
+        path = tmp / link
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        path.unlink(missing_ok=True)
+        path.symlink_to(target)
+    tmp.rename(root)
+    (root / ".sunk-ready").write_text(f"{suite}\n")
+    return root

@@ -1,0 +1,505 @@
+"""Bring the test bed up, describe it, and take it down again.
+
+One test bed per machine. Its live state (ports, pids, tokens, paths) is kept in
+``$SUNK_TESTBED_DIR/state.json`` (default ``/tmp/sunk-testbed``), written as each process
+starts, so ``down`` can clean up even after a half-finished ``up``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from testbed import build, pki, procs, slurmconf
+from testbed.build import say
+from testbed.errors import TestbedError
+from testbed.topology import (
+    NODE_CPUS,
+    NODE_GPUS,
+    NODE_MEMORY_MIB,
+    NODESET,
+    SLURM_NAMESPACE,
+    TestbedNode,
+    nodes,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS_DIR = REPO / "sunk" / "scripts"
+CHROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SLURM_USER = "root"
+MAX_NODES = 500
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("SUNK_TESTBED_DIR", "/tmp/sunk-testbed"))
+
+
+@dataclass
+class Testbed:
+    """What is running, and how to reach it. Tests and the demo read this."""
+
+    dir: str
+    suite: str
+    chroot: str
+    node_count: int
+    kill_wait: int
+    ports: dict[str, int] = field(default_factory=dict)
+    pids: dict[str, int] = field(default_factory=dict)
+    hook_token: str = ""
+    slurm_token: str = ""
+    ready: bool = False
+
+    # -- derived ---------------------------------------------------------------------------
+    @property
+    def path(self) -> Path:
+        return Path(self.dir)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.path / "kubeconfig"
+
+    @property
+    def apiserver_url(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    @property
+    def slurmrestd_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['slurmrestd']}"
+
+    @property
+    def hook_url(self) -> str:
+        """Where the Slurm scripts expect the scheduler's hook API (a test starts it there)."""
+        return f"http://127.0.0.1:{self.ports['hooks']}"
+
+    @property
+    def nodes(self) -> list[TestbedNode]:
+        return nodes(self.node_count)
+
+    @property
+    def pki(self) -> Path:
+        return self.path / "pki"
+
+    def log(self, name: str) -> Path:
+        return self.path / "logs" / f"{name}.log"
+
+    # -- persistence -----------------------------------------------------------------------
+    def save(self) -> None:
+        tmp = self.path / "state.json.tmp"
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.chmod(0o600)
+        tmp.rename(self.path / "state.json")
+
+    @classmethod
+    def load(cls) -> Testbed | None:
+        f = state_dir() / "state.json"
+        if not f.exists():
+            return None
+        try:
+            return cls(**json.loads(f.read_text()))
+        except (ValueError, TypeError) as exc:
+            raise TestbedError(f"{f} is unreadable ({exc}); remove it after checking "
+                               "that no test bed process is left") from exc
+
+    # -- talking to the parts --------------------------------------------------------------
+    def kube(self) -> httpx.Client:
+        """An admin client of the API server (client certificate)."""
+        ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        ctx.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
+        return httpx.Client(base_url=self.apiserver_url, verify=ctx, timeout=10)
+
+    def kubectl(self, *args: str, input: str | None = None, timeout: float = 60) -> str:
+        bins = build.build_binaries()
+        return procs.run([str(bins.kubectl), f"--kubeconfig={self.kubeconfig}", *args],
+                         what=f"kubectl {' '.join(args[:2])}", input=input, timeout=timeout)
+
+    def chroot_cmd(self, *args: str, user: str | None = None) -> list[str]:
+        """A command line that runs ``args`` inside the Slurm chroot (as ``user:group``)."""
+        userspec = [f"--userspec={user}"] if user else []
+        return ["chroot", *userspec, self.chroot, "/usr/bin/env", "-i", f"PATH={CHROOT_PATH}",
+                "SLURM_CONF=/etc/slurm/slurm.conf", *args]
+
+    def slurm(self, *args: str, timeout: float = 30) -> str:
+        """Run a Slurm command (sinfo, squeue, scontrol, sbatch, ...) inside the chroot."""
+        return procs.run(self.chroot_cmd(*args), what=args[0], timeout=timeout)
+
+    def slurm_headers(self) -> dict[str, str]:
+        return {"X-SLURM-USER-NAME": SLURM_USER, "X-SLURM-USER-TOKEN": self.slurm_token}
+
+    def alive(self) -> dict[str, bool]:
+        return {name: procs.alive(pid) for name, pid in self.pids.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# up
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        raise TestbedError("the test bed needs root (it uses chroot and mounts): "
+                           "run it as root or with sudo")
+
+
+def up(*, node_count: int = 4, suite: str = build.DEFAULT_SUITE, kill_wait: int = 30,
+       apiserver_port: int | None = None, slurmrestd_port: int | None = None,
+       slurmctld_port: int | None = None) -> Testbed:
+    """Start everything and return the running test bed (an already-running one is reused)."""
+    build.check_suite(suite)
+    if not 1 <= node_count <= MAX_NODES:
+        raise TestbedError(f"--nodes must be between 1 and {MAX_NODES}, not {node_count}")
+    _require_root()
+    existing = Testbed.load()
+    if existing is not None:
+        if existing.ready and all(existing.alive().values()):
+            say(f"test bed already up in {existing.dir}; reusing it")
+            return existing
+        say("a previous test bed did not stop cleanly; cleaning it up first")
+        down()
+
+    started = time.monotonic()
+    ports = {
+        "etcd": procs.free_port(),
+        "etcd_peer": procs.free_port(),
+        "apiserver": procs.require_port(apiserver_port, "kube-apiserver")
+        if apiserver_port else procs.free_port(),
+        "slurmctld": procs.require_port(slurmctld_port, "slurmctld")
+        if slurmctld_port else procs.free_port(),
+        "slurmrestd": procs.require_port(slurmrestd_port, "slurmrestd")
+        if slurmrestd_port else procs.free_port(),
+        "hooks": procs.free_port(),
+    }
+    ports["slurmd_base"] = procs.free_port_range(node_count)
+    if len(set(ports.values())) != len(ports):
+        raise TestbedError(f"two test bed components were given the same port: {ports}")
+    bins = build.build_binaries()
+    chroot = build.build_chroot(suite)
+
+    path = state_dir()
+    if path.exists():
+        shutil.rmtree(path)
+    (path / "logs").mkdir(parents=True)
+    path.chmod(0o700)
+    tb = Testbed(dir=str(path), suite=suite, chroot=str(chroot), node_count=node_count,
+                 kill_wait=kill_wait, ports=ports, hook_token=secrets.token_urlsafe(32))
+    tb.save()
+    try:
+        _start_kubernetes(tb, bins)
+        _start_slurm(tb)
+        _wait_kubernetes(tb)
+        _create_kubernetes_objects(tb, bins)
+        _wait_slurm(tb)
+        tb.ready = True
+        tb.save()
+    except BaseException:
+        if os.environ.get("SUNK_TESTBED_KEEP_ON_FAILURE"):
+            say("start-up failed; leaving it as it is for a look (`python -m testbed down`)")
+            raise
+        say("start-up failed; stopping what was started")
+        with contextlib.suppress(Exception):
+            down(quiet=True)
+        raise
+    say(f"test bed up in {time.monotonic() - started:.1f}s")
+    return tb
+
+
+def _start_kubernetes(tb: Testbed, bins: build.Binaries) -> None:
+    say("starting etcd and kube-apiserver")
+    pki.make_pki(tb.pki)
+    tb.kubeconfig.write_text(pki.kubeconfig(tb.apiserver_url, tb.pki))
+    tb.kubeconfig.chmod(0o600)
+    etcd_url = f"http://127.0.0.1:{tb.ports['etcd']}"
+    peer_url = f"http://127.0.0.1:{tb.ports['etcd_peer']}"
+    tb.pids["etcd"] = procs.start([
+        str(bins.etcd), "--name=testbed", f"--data-dir={tb.path / 'etcd'}",
+        f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
+        f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
+        f"--initial-cluster=testbed={peer_url}", "--unsafe-no-fsync",
+        "--log-level=warn"], tb.log("etcd"))
+    tb.save()
+    procs.wait_for(lambda: httpx.get(f"{etcd_url}/health", timeout=1).status_code == 200,
+                   what="etcd", timeout=30, log=tb.log("etcd"), pid=tb.pids["etcd"])
+    p = tb.pki
+    tb.pids["kube-apiserver"] = procs.start([
+        str(bins.kube_apiserver), f"--etcd-servers={etcd_url}",
+        f"--cert-dir={p}", f"--tls-cert-file={p / 'apiserver.crt'}",
+        f"--tls-private-key-file={p / 'apiserver.key'}", f"--client-ca-file={p / 'ca.crt'}",
+        f"--secure-port={tb.ports['apiserver']}", "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1", "--service-cluster-ip-range=10.0.0.0/24",
+        "--authorization-mode=RBAC", "--allow-privileged=true",
+        f"--service-account-issuer={tb.apiserver_url}",
+        f"--service-account-key-file={p / 'sa.pub'}",
+        f"--service-account-signing-key-file={p / 'sa.key'}",
+        "--disable-admission-plugins=ServiceAccount", "--v=0"], tb.log("kube-apiserver"))
+    tb.save()
+
+
+def _wait_kubernetes(tb: Testbed) -> None:
+    def ready() -> bool:
+        with tb.kube() as kube:
+            return kube.get("/readyz").status_code == 200
+
+    procs.wait_for(ready, what="kube-apiserver", timeout=120, log=tb.log("kube-apiserver"),
+                   pid=tb.pids["kube-apiserver"])
+
+
+def _node_manifest(node: TestbedNode) -> dict[str, Any]:
+    resources = {"cpu": str(NODE_CPUS), "memory": f"{NODE_MEMORY_MIB}Mi",
+                 "nvidia.com/gpu": str(NODE_GPUS), "pods": "110"}
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {
+            "name": node.k8s_name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": node.k8s_name, "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64", "type": "kwok",
+                "gpu.nvidia.com/model": node.gpu_model,
+                "gpu.nvidia.com/count": str(NODE_GPUS),
+            },
+        },
+        "spec": {},
+        "status": {"allocatable": resources, "capacity": resources},
+    }
+
+
+def _slurmd_pod_manifest(node: TestbedNode, suite: str) -> dict[str, Any]:
+    """The slurmd Pod a SUNK NodeSet would run for this Slurm node, bound to its Node."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": node.slurmd_pod, "namespace": SLURM_NAMESPACE,
+            "labels": {
+                "app.kubernetes.io/name": "slurmd", "app.kubernetes.io/instance": "slurm",
+                "app.kubernetes.io/component": "compute",
+                "slurm.coreweave.com/nodeset": NODESET,
+                "slurm.coreweave.com/node": node.slurm_name,
+            },
+        },
+        "spec": {
+            "hostname": node.slurm_name,
+            "nodeName": node.k8s_name,
+            "containers": [{
+                "name": "slurmd", "image": f"sunk-testbed/slurmd:{build.SLURM_SUITES[suite]}",
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+            }],
+            "tolerations": [{"operator": "Exists"}],
+            "terminationGracePeriodSeconds": 5,
+        },
+    }
+
+
+def _create_kubernetes_objects(tb: Testbed, bins: build.Binaries) -> None:
+    say(f"starting kwok and creating {tb.node_count} Nodes with their slurmd Pods")
+    tb.pids["kwok"] = procs.start([
+        str(bins.kwok), f"--kubeconfig={tb.kubeconfig}", "--manage-all-nodes=false",
+        "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+        "--node-ip=127.0.0.1", "--cidr=10.244.0.0/16"], tb.log("kwok"))
+    tb.save()
+    namespace = {"apiVersion": "v1", "kind": "Namespace",
+                 "metadata": {"name": SLURM_NAMESPACE}}
+    objects: list[dict[str, Any]] = [namespace]
+    objects += [_node_manifest(n) for n in tb.nodes]
+    objects += [_slurmd_pod_manifest(n, tb.suite) for n in tb.nodes]
+    manifest = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+    tb.kubectl("create", "-f", "-", input=manifest, timeout=120)
+
+    def all_ready() -> bool:
+        with tb.kube() as kube:
+            node_list = kube.get("/api/v1/nodes").json()["items"]
+            pod_list = kube.get(f"/api/v1/namespaces/{SLURM_NAMESPACE}/pods").json()["items"]
+        ready_nodes = sum(
+            any(c["type"] == "Ready" and c["status"] == "True"
+                for c in n.get("status", {}).get("conditions", []))
+            for n in node_list)
+        running = sum(p.get("status", {}).get("phase") == "Running" for p in pod_list)
+        return ready_nodes == tb.node_count and running == tb.node_count
+
+    procs.wait_for(all_ready, what="kwok Nodes and slurmd Pods", timeout=120,
+                   log=tb.log("kwok"), pid=tb.pids["kwok"])
+
+
+def _chroot_ids(chroot: Path, user: str) -> tuple[int, int]:
+    for line in (chroot / "etc/passwd").read_text().splitlines():
+        fields = line.split(":")
+        if fields[0] == user:
+            return int(fields[2]), int(fields[3])
+    raise TestbedError(f"user {user} missing from the chroot {chroot}")
+
+
+def _mount_chroot(tb: Testbed) -> None:
+    root = Path(tb.chroot)
+    (root / "opt/sunk/scripts").mkdir(parents=True, exist_ok=True)
+    for args, point in ((["-t", "proc", "proc"], "proc"), (["--bind", "/dev"], "dev"),
+                        (["-t", "tmpfs", "-o", "mode=755", "tmpfs"], "run"),
+                        (["--bind", str(SCRIPTS_DIR)], "opt/sunk/scripts")):
+        procs.run(["mount", *args, str(root / point)], what=f"mounting {root / point}")
+    procs.run(["mount", "-o", "remount,bind,ro", str(root / "opt/sunk/scripts")],
+              what="making the scripts mount read-only")
+    hostname = socket.gethostname()
+    (root / "etc/hosts").write_text(f"127.0.0.1 localhost {hostname}\n::1 localhost\n")
+
+
+def _start_slurm(tb: Testbed) -> None:
+    say(f"starting munge, slurmctld and {tb.node_count} slurmd in the {tb.suite} chroot")
+    root = Path(tb.chroot)
+    _mount_chroot(tb)
+    run = root / "run"
+    etc = run / "slurm/etc"
+    for d in ("slurm/etc", "slurm/state", "slurm/dev", "munge", "munge-etc"):
+        (run / d).mkdir(parents=True, exist_ok=True)
+    for node in tb.nodes:
+        (run / "slurm/spool" / node.slurm_name).mkdir(parents=True)
+    for i in range(8):
+        (run / f"slurm/dev/gpu{i}").touch()
+
+    uid, gid = _chroot_ids(root, "munge")
+    key = run / "munge-etc/munge.key"
+    key.write_bytes(secrets.token_bytes(1024))
+    key.chmod(0o400)
+    for p in (run / "munge", run / "munge-etc", key):
+        os.chown(p, uid, gid)
+    (run / "munge-etc").chmod(0o700)
+
+    ports = slurmconf.SlurmPorts(slurmctld=tb.ports["slurmctld"],
+                                 slurmd_base=tb.ports["slurmd_base"],
+                                 slurmrestd=tb.ports["slurmrestd"])
+    (etc / "slurm.conf").write_text(slurmconf.slurm_conf(
+        host=socket.gethostname().split(".")[0], nodes=tb.nodes, ports=ports,
+        kill_wait=tb.kill_wait))
+    (etc / "gres.conf").write_text(slurmconf.gres_conf(tb.nodes))
+    (etc / "cgroup.conf").write_text(slurmconf.CGROUP_CONF)
+    jwt = etc / "jwt.key"
+    jwt.write_bytes(secrets.token_bytes(32))
+    jwt.chmod(0o600)
+    # What the prolog and placeholder scripts need to reach the scheduler's hook API.
+    env_file = etc / "sunk-hooks.env"
+    env_file.write_text(f"SUNK_HOOK_URL={tb.hook_url}\nSUNK_HOOK_TOKEN={tb.hook_token}\n")
+    env_file.chmod(0o600)
+
+    tb.pids["munged"] = procs.start(
+        tb.chroot_cmd("munged", "--foreground", "--force", user="munge:munge"), tb.log("munged"))
+    tb.save()
+    procs.wait_for(lambda: (run / "munge/munge.socket.2").exists(), what="munged", timeout=20,
+                   log=tb.log("munged"), pid=tb.pids["munged"])
+    tb.pids["slurmctld"] = procs.start(tb.chroot_cmd("slurmctld", "-D", "-i"),
+                                       tb.log("slurmctld"))
+    tb.save()
+    procs.wait_for(lambda: "is UP" in tb.slurm("scontrol", "ping", timeout=5),
+                   what="slurmctld", timeout=60, log=tb.log("slurmctld"),
+                   pid=tb.pids["slurmctld"])
+    for node in tb.nodes:
+        tb.pids[f"slurmd:{node.slurm_name}"] = procs.start(
+            tb.chroot_cmd("slurmd", "-D", "-N", node.slurm_name),
+            tb.log(f"slurmd-{node.slurm_name}"))
+    tb.save()
+
+
+def _wait_slurm(tb: Testbed) -> None:
+    def all_idle() -> bool:
+        out = tb.slurm("sinfo", "--noheader", "--Node", "--partition=batch", "-o", "%N %t")
+        states = [line.split()[1] for line in out.splitlines() if line.strip()]
+        return len(states) == tb.node_count and all(s == "idle" for s in states)
+
+    procs.wait_for(all_idle, what=f"{tb.node_count} idle Slurm nodes", timeout=120,
+                   log=tb.log("slurmctld"), pid=tb.pids["slurmctld"])
+    say("starting slurmrestd (JWT) and minting a token")
+    tb.pids["slurmrestd"] = procs.start(
+        tb.chroot_cmd("SLURM_JWT=daemon", "slurmrestd", "-a", "rest_auth/jwt",
+                      "-s", "openapi/slurmctld", f"127.0.0.1:{tb.ports['slurmrestd']}",
+                      user="nobody:nogroup"),
+        tb.log("slurmrestd"))
+    tb.save()
+    out = tb.slurm("scontrol", "token", f"username={SLURM_USER}", "lifespan=31536000")
+    tb.slurm_token = out.strip().removeprefix("SLURM_JWT=")
+    (tb.path / "slurm-token").write_text(tb.slurm_token + "\n")
+    (tb.path / "slurm-token").chmod(0o600)
+    tb.save()
+
+    def pinged() -> bool:
+        r = httpx.get(f"{tb.slurmrestd_url}/slurm/v0.0.42/ping", headers=tb.slurm_headers(),
+                      timeout=5)
+        return r.status_code == 200
+
+    procs.wait_for(pinged, what="slurmrestd", timeout=30, log=tb.log("slurmrestd"),
+                   pid=tb.pids["slurmrestd"])
+
+
+# ---------------------------------------------------------------------------------------------
+# down and status
+
+
+def down(*, quiet: bool = False) -> None:
+    """Stop every process the test bed started (and any left in its chroot) and unmount."""
+    _require_root()
+    tb = Testbed.load()
+    if tb is None:
+        if not quiet:
+            say("no test bed state found; nothing to stop")
+        return
+    chroot = Path(tb.chroot)
+    # Slurm daemons first (they are in the chroot), then the Kubernetes side.
+    order = sorted(tb.pids.items(), key=lambda kv: kv[0] in ("etcd", "kube-apiserver"))
+    procs.stop([pid for name, pid in order if name not in ("etcd", "kube-apiserver")])
+    procs.stop([tb.pids[n] for n in ("kube-apiserver", "etcd") if n in tb.pids])
+    # Job scripts and slurmstepd are not ours by pid, but they are rooted in the chroot.
+    for _ in range(3):
+        leftover = procs.pids_rooted_in(chroot) if chroot.exists() else []
+        if not leftover:
+            break
+        procs.stop(leftover, timeout=5)
+    for point in procs.mounts_under(chroot) if chroot.exists() else []:
+        result = subprocess.run(["umount", point], capture_output=True, text=True)
+        if result.returncode != 0:
+            subprocess.run(["umount", "-l", point], capture_output=True, text=True)
+    left = [p for p in procs.mounts_under(chroot)] if chroot.exists() else []
+    if left:
+        raise TestbedError(f"could not unmount: {', '.join(left)}")
+    shutil.rmtree(tb.path, ignore_errors=True)
+    if not quiet:
+        say("test bed stopped; no process or mount left")
+
+
+def status() -> str:
+    """A human summary of what runs where."""
+    tb = Testbed.load()
+    if tb is None:
+        return "test bed: down"
+    alive = tb.alive()
+    slurmds = [n for n in alive if n.startswith("slurmd:")]
+    lines = [f"test bed: {'up' if tb.ready and all(alive.values()) else 'DEGRADED'} "
+             f"({tb.node_count} nodes, Debian {tb.suite}, Slurm {build.SLURM_SUITES[tb.suite]})",
+             f"  state dir     {tb.dir}"]
+
+    def row(name: str, where: str) -> str:
+        pid = tb.pids.get(name)
+        state = "running" if pid and alive.get(name) else "STOPPED"
+        return f"  {name:<15} {state:<8} pid {pid or '-':<8} {where}"
+
+    lines.append(row("etcd", f"http://127.0.0.1:{tb.ports.get('etcd')}"))
+    lines.append(row("kube-apiserver", tb.apiserver_url))
+    lines.append(row("kwok", f"{tb.node_count} Nodes"))
+    lines.append(row("munged", "in chroot"))
+    lines.append(row("slurmctld", f"127.0.0.1:{tb.ports.get('slurmctld')}"))
+    up_slurmds = sum(alive[n] for n in slurmds)
+    base = tb.ports.get("slurmd_base", 0)
+    lines.append(f"  {'slurmd':<15} {up_slurmds}/{len(slurmds)} running, ports "
+                 f"{base}..{base + tb.node_count - 1}")
+    lines.append(row("slurmrestd", tb.slurmrestd_url))
+    lines += [
+        f"  kubeconfig    {tb.kubeconfig}",
+        f"  slurm token   {tb.path / 'slurm-token'} (user {SLURM_USER})",
+        f"  hook API      {tb.hook_url} (where Slurm's scripts call the scheduler)",
+        f"  chroot        {tb.chroot}",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,5 @@
+"""The one error type the test bed raises for things an operator can fix."""
+
+
+class TestbedError(Exception):
+    """A problem with a clear, one-line explanation (no traceback is shown for it)."""

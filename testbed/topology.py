@@ -1,0 +1,38 @@
+"""What the test bed's cluster looks like: pure data, shared by the Kubernetes and Slurm sides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: GPU model label value -> Slurm GRES type, cycled over the nodes so placement has a choice.
+GPU_MODELS = (("H100_NVLINK_80GB", "h100"), ("A100_PCIE_80GB", "a100"))
+NODE_CPUS = 32
+NODE_MEMORY_MIB = 256 * 1024
+NODE_GPUS = 8
+SLURM_NAMESPACE = "slurm"
+NODESET = "compute"
+
+
+@dataclass(frozen=True)
+class TestbedNode:
+    """One machine: a Kubernetes Node (kwok) hosting one Slurm node (slurmd) of the same index."""
+
+    index: int
+    gpu_model: str
+    gres_type: str
+
+    @property
+    def k8s_name(self) -> str:
+        return f"kwok-node-{self.index:03d}"
+
+    @property
+    def slurm_name(self) -> str:
+        return f"{self.gres_type}-{self.index:03d}"
+
+    @property
+    def slurmd_pod(self) -> str:
+        return f"slurm-{NODESET}-{self.slurm_name}"
+
+
+def nodes(count: int) -> list[TestbedNode]:
+    return [TestbedNode(i, *GPU_MODELS[i % len(GPU_MODELS)]) for i in range(count)]

@@ -1,0 +1,75 @@
+"""End-to-end fixtures: the real test bed, started once per run (or reused), a namespace per test.
+
+A test bed that this run started is stopped at the end of the run; one that was already up
+(``python -m testbed up``) is left running, so a developer can iterate quickly.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import kr8s
+import kr8s.asyncio
+import pytest
+
+from testbed import cluster
+from tests.e2e.helpers import close_api
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e/" in str(item.path):
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def testbed() -> Iterator[cluster.Testbed]:
+    existing = cluster.Testbed.load()
+    if existing is not None and existing.ready and all(existing.alive().values()):
+        yield existing
+        return
+    tb = cluster.up(node_count=int(os.environ.get("SUNK_TESTBED_NODES", "4")))
+    try:
+        yield tb
+    finally:
+        cluster.down()
+
+
+@pytest.fixture(scope="session")
+async def kube(testbed: cluster.Testbed) -> AsyncIterator[kr8s.asyncio.Api]:
+    api = await kr8s.asyncio.api(kubeconfig=str(testbed.kubeconfig))
+    yield api
+    await close_api(api)
+
+
+@pytest.fixture(scope="session")
+async def slurm(testbed: cluster.Testbed) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client of slurmrestd with the test bed's token."""
+    async with httpx.AsyncClient(base_url=testbed.slurmrestd_url,
+                                 headers=testbed.slurm_headers(), timeout=30) as client:
+        yield client
+
+
+@pytest.fixture
+async def namespace(kube: kr8s.asyncio.Api) -> AsyncIterator[str]:
+    """A namespace of the test's own, emptied and removed afterwards.
+
+    The test bed has no namespace controller, so cleanup deletes the Pods itself (at once) and
+    then finalizes the namespace as that controller would.
+    """
+    name = f"t-{secrets.token_hex(4)}"
+    ns = await kr8s.asyncio.objects.Namespace({"metadata": {"name": name}}, api=kube)
+    await ns.create()
+    yield name
+    async with kube.call_api("DELETE", namespace=name, url="pods",
+                             params={"gracePeriodSeconds": "0"}):
+        pass
+    async with kube.call_api("DELETE", url=f"namespaces/{name}"):
+        pass
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name},
+            "spec": {"finalizers": []}}
+    async with kube.call_api("PUT", url=f"namespaces/{name}/finalize", json=body):
+        pass

@@ -1,0 +1,129 @@
+"""Both sides of the test bed are real: kube-apiserver + kwok, and Slurm behind slurmrestd."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import kr8s
+import kr8s.asyncio
+import pytest
+from kr8s.asyncio.objects import Pod, ServiceAccount
+
+from testbed import cluster, pki
+from testbed.topology import SLURM_NAMESPACE
+from tests.e2e.helpers import close_api, eventually, kube_list
+
+
+async def test_api_server_is_a_stamped_kubernetes(kube: kr8s.asyncio.Api) -> None:
+    version = await kube.version()
+    assert version["gitVersion"].startswith("v1.35.")
+
+
+async def test_nodes_are_ready_kwok_nodes_with_gpus(
+        kube: kr8s.asyncio.Api, testbed: cluster.Testbed) -> None:
+    nodes = await kube_list(kube, "nodes")
+    assert len(nodes) == testbed.node_count
+    models = set()
+    for node in nodes:
+        ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"]
+        assert ready == "True", node["metadata"]["name"]
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+        models.add(node["metadata"]["labels"]["gpu.nvidia.com/model"])
+    assert len(models) > 1, "placement tests need Nodes that differ"
+
+
+async def test_each_slurm_node_has_a_slurmd_pod_on_its_node(
+        kube: kr8s.asyncio.Api, testbed: cluster.Testbed) -> None:
+    pods = {p["spec"]["hostname"]: p for p in await kube_list(
+        kube, "pods", namespace=SLURM_NAMESPACE, label_selector="app.kubernetes.io/name=slurmd")}
+    for node in testbed.nodes:
+        pod = pods[node.slurm_name]
+        assert pod["spec"]["nodeName"] == node.k8s_name
+        assert pod["status"]["phase"] == "Running"
+
+
+async def test_pod_bound_by_hand_runs_under_kwok(
+        kube: kr8s.asyncio.Api, namespace: str, testbed: cluster.Testbed) -> None:
+    pod = await Pod({
+        "metadata": {"name": "hello", "namespace": namespace},
+        "spec": {"schedulerName": "nobody-schedules-this",
+                 "containers": [{"name": "main", "image": "busybox",
+                                 "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]},
+    }, api=kube)
+    await pod.create()
+    await pod.refresh()
+    assert pod.status.get("phase") == "Pending"
+    target = testbed.nodes[-1].k8s_name
+    binding = {"apiVersion": "v1", "kind": "Binding",
+               "metadata": {"name": "hello", "namespace": namespace, "uid": pod.metadata.uid},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": target}}
+    async with kube.call_api("POST", namespace=namespace, url="pods/hello/binding", json=binding):
+        pass
+
+    async def running() -> bool:
+        await pod.refresh()
+        return bool(pod.status.get("phase") == "Running")
+
+    await eventually(running)
+    assert pod.spec["nodeName"] == target
+
+
+async def test_job_submitted_through_slurmrestd_runs_on_a_slurm_node(
+        slurm: httpx.AsyncClient, testbed: cluster.Testbed) -> None:
+    job = {"script": "#!/bin/sh\nsleep 300\n", "name": "smoke", "partition": "batch",
+           "current_working_directory": "/tmp", "environment": ["PATH=/usr/bin:/bin"],
+           "minimum_cpus": 1, "memory_per_node": {"set": True, "number": 100}}
+    r = await slurm.post("/slurm/v0.0.42/job/submit", json={"job": job})
+    assert r.status_code == 200, r.text
+    job_id = r.json()["job_id"]
+    try:
+        async def running() -> dict[str, Any] | None:
+            got = await slurm.get(f"/slurm/v0.0.42/job/{job_id}")
+            info: dict[str, Any] = got.json()["jobs"][0]
+            return info if "RUNNING" in info["job_state"] else None
+
+        info = await eventually(running)
+        assert info is not None
+        assert info["nodes"] in {n.slurm_name for n in testbed.nodes}
+    finally:
+        await slurm.delete(f"/slurm/v0.0.42/job/{job_id}")
+
+
+async def test_slurmrestd_refuses_a_wrong_or_missing_token(testbed: cluster.Testbed) -> None:
+    """slurmrestd itself refuses a request without a token (401); a wrong token is passed on
+    and slurmctld refuses it (slurmrestd answers 511 with an authentication error)."""
+    wrong = {**testbed.slurm_headers(), "X-SLURM-USER-TOKEN": "not-a-token"}
+    async with httpx.AsyncClient(base_url=testbed.slurmrestd_url, timeout=10) as client:
+        missing = await client.get("/slurm/v0.0.42/jobs/")
+        bad = await client.get("/slurm/v0.0.42/jobs/", headers=wrong)
+        good = await client.get("/slurm/v0.0.42/jobs/", headers=testbed.slurm_headers())
+    assert missing.status_code == 401
+    assert bad.status_code == 511
+    assert [e["error"] for e in bad.json()["errors"]] == ["Protocol authentication error"]
+    assert good.status_code == 200
+    assert good.json()["errors"] == []
+
+
+async def test_rbac_refuses_a_service_account_without_roles(
+        kube: kr8s.asyncio.Api, namespace: str, testbed: cluster.Testbed,
+        tmp_path: Path) -> None:
+    sa = await ServiceAccount({"metadata": {"name": "nobody", "namespace": namespace}}, api=kube)
+    await sa.create()
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+               "spec": {"expirationSeconds": 600}}
+    async with kube.call_api("POST", namespace=namespace,
+                             url="serviceaccounts/nobody/token", json=request) as r:
+        token = r.json()["status"]["token"]
+    config = tmp_path / "kubeconfig"
+    config.write_text(pki.kubeconfig(testbed.apiserver_url, testbed.pki, user="nobody",
+                                     token=token))
+    weak = await kr8s.asyncio.api(kubeconfig=str(config))
+    try:
+        with pytest.raises(kr8s.ServerError) as refused:
+            await kube_list(weak, "pods", namespace=namespace)
+    finally:
+        await close_api(weak)
+    assert refused.value.response is not None
+    assert refused.value.response.status_code == 403

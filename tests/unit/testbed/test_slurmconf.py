@@ -1,0 +1,50 @@
+"""The generated Slurm configuration has what later issues rely on."""
+
+from __future__ import annotations
+
+from testbed import slurmconf
+from testbed.topology import nodes
+
+PORTS = slurmconf.SlurmPorts(slurmctld=6817, slurmd_base=17001, slurmrestd=6820)
+
+
+def _conf(count: int = 4, kill_wait: int = 30) -> dict[str, list[str]]:
+    text = slurmconf.slurm_conf(host="box", nodes=nodes(count), ports=PORTS, kill_wait=kill_wait)
+    parsed: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            parsed.setdefault(key, []).append(value)
+    return parsed
+
+
+def test_kill_wait_prolog_and_gres() -> None:
+    conf = _conf(kill_wait=45)
+    assert conf["KillWait"] == ["45"]
+    assert conf["Prolog"] == ["/opt/sunk/scripts/prolog.sh"]
+    assert conf["GresTypes"] == ["gpu"]
+
+
+def test_one_node_line_per_node_with_its_own_port_and_gpu_type() -> None:
+    lines = _conf(count=3)["NodeName"]
+    assert len(lines) == 3
+    assert lines[0].startswith("h100-000 ") and "Port=17001" in lines[0]
+    assert "Gres=gpu:h100:8" in lines[0]
+    assert lines[1].startswith("a100-001 ") and "Port=17002" in lines[1]
+    assert "Gres=gpu:a100:8" in lines[1]
+
+
+def test_partition_named_default_is_never_used_and_high_preempts_batch() -> None:
+    conf = _conf()
+    assert conf["PreemptType"] == ["preempt/partition_prio"]
+    parts = {p.split()[0]: p for p in conf["PartitionName"]}
+    assert set(parts) == {"batch", "high"}
+    tier = {name: int(p.split("PriorityTier=")[1].split()[0]) for name, p in parts.items()}
+    assert tier["high"] > tier["batch"]
+    assert "Default=YES" in parts["batch"]
+
+
+def test_every_node_has_a_gres_line_with_a_file() -> None:
+    text = slurmconf.gres_conf(nodes(5))
+    assert len(text.splitlines()) == 5
+    assert all("File=" in line for line in text.splitlines())
