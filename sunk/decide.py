@@ -1,0 +1,63 @@
+"""What to do next for one Pod and its job (pure): the scheduler's state machine.
+
+The Pod is the source of truth for its own progress (the job id is an annotation on it), so the
+decision needs only the Pod as the API server has it and the job as Slurm has it. That makes the
+scheduler level-triggered: after a restart, the same inputs give the same next step.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+#: Slurm job states after which the job holds nothing.
+FINISHED_STATES = frozenset({"CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "PREEMPTED",
+                             "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
+
+
+class Step(enum.Enum):
+    NOTHING = "nothing"          # done, or nothing to do until something changes
+    SUBMIT = "submit"            # validate, then submit a placeholder job (or adopt one)
+    WAIT = "wait"                # the job is pending, or running but not started yet
+    BIND = "bind"                # the job runs and its script started: bind the Pod
+    CANCEL_JOB = "cancel-job"    # the Pod is going or gone: release its job
+    DELETE_POD = "delete-pod"    # the job ended from Slurm's side: the Pod goes too
+
+
+@dataclass(frozen=True)
+class PodView:
+    phase: str = "Pending"
+    bound: bool = False
+    deleting: bool = False
+    job_id: int | None = None
+    rejected: bool = False
+
+
+@dataclass(frozen=True)
+class JobView:
+    """The job as last seen in Slurm; ``None`` in place of a JobView means Slurm has no such job."""
+
+    state: str
+    started: bool = False
+    node: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+
+def decide(pod: PodView | None, job: JobView | None) -> Step:
+    """The next step. ``pod`` None: the Pod is gone from the API server."""
+    if pod is None or pod.deleting or pod.phase in ("Succeeded", "Failed"):
+        return Step.CANCEL_JOB if job is not None and not job.finished else Step.NOTHING
+    if pod.rejected:
+        return Step.NOTHING
+    if pod.job_id is None:
+        return Step.NOTHING if pod.bound else Step.SUBMIT
+    if job is None or job.finished:
+        return Step.DELETE_POD
+    if pod.bound:
+        return Step.NOTHING
+    if job.state == "RUNNING" and job.started and job.node:
+        return Step.BIND
+    return Step.WAIT

@@ -1,0 +1,16 @@
+"""Prometheus metrics of the scheduler (served on --metrics-bind-address at /metrics)."""
+
+from prometheus_client import Counter, Gauge, Histogram
+
+JOBS_SUBMITTED = Counter("sunk_jobs_submitted_total", "Placeholder jobs submitted to Slurm")
+SUBMIT_ERRORS = Counter("sunk_submit_errors_total", "Job submissions slurmrestd refused or lost")
+JOBS_CANCELLED = Counter("sunk_jobs_cancelled_total", "Placeholder jobs cancelled by sunk")
+PODS_BOUND = Counter("sunk_pods_bound_total", "Pods bound to a Node")
+PODS_REJECTED = Counter("sunk_pods_rejected_total", "Pods rejected by policy")
+PODS_DELETED = Counter("sunk_pods_deleted_total", "Pods deleted because their job ended")
+RECONCILE_ERRORS = Counter("sunk_reconcile_errors_total", "Reconciles that failed and were retried")
+BIND_LATENCY = Histogram("sunk_pod_creation_to_bound_seconds",
+                         "Time from a Pod's creation to its binding",
+                         buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600))
+SLURM_UP = Gauge("sunk_slurm_up", "Whether the last call to slurmrestd worked")
+KUBE_UP = Gauge("sunk_kube_up", "Whether every watch of the API server is healthy")

@@ -1,0 +1,352 @@
+"""The scheduler: Pods that name us get a placeholder Slurm job, then the Node Slurm chose.
+
+Level-triggered. Each Pod is reconciled by :func:`sunk.decide.decide` from two inputs, the Pod
+as the API server has it and its job as Slurm has it, so the loop can stop and start anywhere:
+
+- the Pod informer (list-then-watch) wakes a Pod when it changes;
+- one shared Slurm poller asks slurmrestd only for jobs changed since its last poll, and wakes
+  the Pods whose jobs changed (no listing of every job per Pod);
+- a work queue hands each Pod to one worker at a time.
+
+On start it lists every job once, and adopts the jobs it submitted earlier (each names its Pod's
+uid in ``extra``): a scheduler killed between submitting and annotating submits nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import kr8s.asyncio
+
+from sunk import kube, metrics, placement, translate
+from sunk.decide import JobView, PodView, Step, decide
+from sunk.policy.loader import PolicyStore
+from sunk.settings import Settings
+from sunk.slurm import Job, SlurmClient, SlurmError
+from sunk.state import PodRecord, SchedulerState
+from sunk.workqueue import WorkQueue
+
+log = logging.getLogger("sunk.scheduler")
+
+
+def _timestamp(text: str | None) -> float:
+    if not text:
+        return time.time()
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+class Scheduler:
+    def __init__(self, settings: Settings, api: kr8s.asyncio.Api, slurm: SlurmClient,
+                 policies: PolicyStore, state: SchedulerState | None = None) -> None:
+        self.settings = settings
+        self.api = api
+        self.slurm = slurm
+        self.policies = policies
+        self.state = state or SchedulerState()
+        self.queue = WorkQueue()
+        self.jobs: dict[int, Job] = {}
+        #: Pod uid -> id of the newest job of ours for it (for adoption and cancellation).
+        self.job_by_uid: dict[str, int] = {}
+        self._cursor = 0
+        self._slurm_nodes: frozenset[str] | None = None
+        self.job_id_key = settings.annotation("job-id")
+        self.rejected_key = settings.annotation("rejected")
+        self.translate_settings = translate.TranslateSettings(
+            placeholder_script=settings.placeholder_script,
+            gpu_resource=settings.gpu_resource, gpu_model_label=settings.gpu_model_label,
+            gpu_types=settings.gpu_types, kill_wait_seconds=settings.slurm_kill_wait)
+        selector = f"spec.schedulerName={settings.scheduler_name}"
+        watched: list[str | None] = list(settings.namespaces() or [None])
+        self.pod_informers = [
+            kube.Informer(api, "pods", namespace=ns, field_selector=selector,
+                          handler=self._on_pod)
+            for ns in watched]
+        self.node_informer = kube.Informer(api, "nodes")
+        self.slurmd_informer = kube.Informer(
+            api, "pods", namespace=settings.slurmd_namespace,
+            label_selector=settings.slurmd_label_selector)
+        self.ready = asyncio.Event()
+
+    # -- running -------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Adopt existing jobs, start informers, poller and workers; run until cancelled."""
+        await self._adopt_jobs()
+        informers = [*self.pod_informers, self.node_informer, self.slurmd_informer]
+        async with asyncio.TaskGroup() as tasks:
+            for informer in informers:
+                tasks.create_task(informer.run())
+            await asyncio.gather(*(i.synced.wait() for i in informers))
+            tasks.create_task(self._poll_slurm())
+            for _ in range(self.settings.workers):
+                tasks.create_task(self._work())
+            self.ready.set()
+            log.info("scheduler %s ready: watching %s", self.settings.scheduler_name,
+                     ", ".join(self.settings.namespaces() or ["all namespaces"]))
+
+    async def _adopt_jobs(self) -> None:
+        """One full job listing at start: learn every job of ours, and where the poll resumes."""
+        jobs, last = await self._slurm_retry("listing jobs",
+                                             lambda: self.slurm.jobs_changed_since(0))
+        for job in jobs:
+            self._learn(job)
+        self._cursor = last
+        log.info("adopted %d jobs of ours from Slurm", len(self.jobs))
+
+    async def _slurm_retry(self, what: str, call: Any) -> Any:
+        delay = 0.5
+        while True:
+            try:
+                result = await call()
+                self.state.slurm_healthy, self.state.slurm_error = True, ""
+                metrics.SLURM_UP.set(1)
+                return result
+            except SlurmError as exc:
+                self.state.slurm_healthy, self.state.slurm_error = False, str(exc)
+                metrics.SLURM_UP.set(0)
+                log.warning("%s failed, retrying in %.1fs: %s", what, delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(30.0, delay * 2)
+
+    def _learn(self, job: Job) -> translate.PodIdentity | None:
+        """Record a job if it is ours; return the Pod it is for."""
+        who, _ = translate.parse_extra(job.extra)
+        if who is None:
+            return None
+        self.jobs[job.job_id] = job
+        newest = self.job_by_uid.get(who.uid)
+        if newest is None or job.job_id >= newest:
+            self.job_by_uid[who.uid] = job.job_id
+        return who
+
+    async def _poll_slurm(self) -> None:
+        """The one Slurm poller: jobs changed since the last poll wake their Pods."""
+        while True:
+            await asyncio.sleep(self.settings.slurm_poll_interval)
+            # A change in the same second as the last one seen would be missed by "newer
+            # than": ask from one second earlier and let reconciling be idempotent.
+            since = max(0, self._cursor - 1)
+            try:
+                jobs, last = await self.slurm.jobs_changed_since(since)
+            except SlurmError as exc:
+                self.state.slurm_healthy, self.state.slurm_error = False, str(exc)
+                metrics.SLURM_UP.set(0)
+                log.warning("polling Slurm failed: %s", exc)
+                continue
+            self.state.slurm_healthy, self.state.slurm_error = True, ""
+            metrics.SLURM_UP.set(1)
+            if last:
+                self._cursor = last
+            for job in jobs:
+                if (who := self._learn(job)) is not None:
+                    self.queue.add(f"{who.namespace}/{who.name}")
+
+    async def _work(self) -> None:
+        while True:
+            key = await self.queue.get()
+            try:
+                await self.reconcile(key)
+            except Exception as exc:  # a bug or an outage must not stop the worker
+                metrics.RECONCILE_ERRORS.inc()
+                delay = self.queue.failed(key)
+                log.warning("pod %s: %s (retrying in %.1fs)", key, exc, delay,
+                            exc_info=not isinstance(exc, SlurmError | kube.KubeError))
+                self.queue.add_after(key, delay)
+            else:
+                self.queue.forget(key)
+            finally:
+                self.queue.done(key)
+
+    # -- events --------------------------------------------------------------------------------
+    def _on_pod(self, kind: str, pod: kube.Obj) -> None:
+        key = kube.key(pod)
+        if kind == "DELETED":
+            # The Pod object is gone: release its job now (reconcile no longer sees the Pod).
+            uid = pod["metadata"].get("uid", "")
+            self.state.forget(key)
+            if (job_id := self.job_by_uid.get(uid)) is not None:
+                self.queue.add(f"{key}#{uid}#{job_id}")
+            return
+        self.queue.add(key)
+
+    # -- the reconcile ---------------------------------------------------------------------------
+    def _pod(self, key: str) -> kube.Obj | None:
+        namespace = key.split("/", 1)[0]
+        for informer in self.pod_informers:
+            if informer.namespace in (None, namespace) and key in informer.cache:
+                return informer.cache[key]
+        return None
+
+    def _pod_view(self, pod: kube.Obj) -> PodView:
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        annotations = meta.get("annotations") or {}
+        job_id = annotations.get(self.job_id_key)
+        return PodView(
+            phase=(pod.get("status") or {}).get("phase", "Pending"),
+            bound=bool(spec.get("nodeName")),
+            deleting=bool(meta.get("deletionTimestamp")),
+            job_id=int(job_id) if job_id and job_id.isdigit() else None,
+            rejected=self.rejected_key in annotations,
+        )
+
+    async def _job_view(self, job_id: int | None) -> JobView | None:
+        if job_id is None:
+            return None
+        job = self.jobs.get(job_id)
+        if job is None:
+            job = await self.slurm.job(job_id)
+            if job is None:
+                return None
+            self.jobs[job_id] = job
+        _, started = translate.parse_extra(job.extra)
+        return JobView(state=job.state, started=started, node=job.nodes)
+
+    async def reconcile(self, key: str) -> None:
+        if "#" in key:  # a deleted Pod's job: "ns/name#uid#job"
+            _, _, job_id = key.split("#")
+            job = await self._job_view(int(job_id))
+            if decide(None, job) is Step.CANCEL_JOB:
+                await self._cancel(int(job_id), key.split("#")[0], "its Pod was deleted")
+            return
+        pod = self._pod(key)
+        if pod is None:
+            return
+        view = self._pod_view(pod)
+        job = await self._job_view(view.job_id)
+        record = self._record(pod, view, job)
+        step = decide(view, job)
+        if step is Step.SUBMIT:
+            await self._submit(pod, record)
+        elif step is Step.BIND and job is not None:
+            await self._bind(pod, record, job)
+        elif step is Step.CANCEL_JOB and view.job_id is not None:
+            await self._cancel(view.job_id, key, f"its Pod is {view.phase.lower()}"
+                               if not view.deleting else "its Pod is being deleted")
+        elif step is Step.DELETE_POD:
+            await self._delete_pod(pod, record, job)
+
+    def _record(self, pod: kube.Obj, view: PodView, job: JobView | None) -> PodRecord:
+        meta = pod["metadata"]
+        rec = self.state.record(meta["namespace"], meta["name"], meta["uid"],
+                                _timestamp(meta.get("creationTimestamp")))
+        rec.phase = "Terminating" if view.deleting else view.phase
+        rec.job_id = view.job_id
+        rec.k8s_node = (pod.get("spec") or {}).get("nodeName") or ""
+        if view.rejected:
+            rec.rejected = (meta.get("annotations") or {}).get(self.rejected_key, "")
+        if job is not None:
+            if job.state != rec.job_state:
+                rec.note(f"job {job.state.lower()}")
+            rec.job_state, rec.slurm_node = job.state, job.node
+            cached = self.jobs.get(view.job_id or -1)
+            rec.pending_reason = cached.reason if cached and job.state == "PENDING" else ""
+        return rec
+
+    # -- steps -----------------------------------------------------------------------------------
+    async def _event(self, pod: kube.Obj, record: PodRecord | None, reason: str, message: str,
+                     warning: bool = False) -> None:
+        if record is not None:
+            record.last_event = f"{reason}: {message}"
+            record.note(reason, message)
+        await kube.event(self.api, pod, reason=reason, message=message,
+                         type_="Warning" if warning else "Normal",
+                         component=self.settings.scheduler_name)
+
+    def snapshot(self) -> placement.Snapshot:
+        slurm_to_k8s = {}
+        for p in self.slurmd_informer.cache.values():
+            spec = p.get("spec") or {}
+            if spec.get("hostname") and spec.get("nodeName") and not (
+                    p["metadata"].get("deletionTimestamp")):
+                slurm_to_k8s[spec["hostname"]] = spec["nodeName"]
+        nodes = {
+            name: placement.NodeInfo(
+                name=name, labels=n["metadata"].get("labels") or {},
+                taints=tuple((n.get("spec") or {}).get("taints") or ()),
+                unschedulable=bool((n.get("spec") or {}).get("unschedulable")))
+            for name, n in self.node_informer.cache.items()}
+        return placement.Snapshot(slurm_to_k8s=slurm_to_k8s, nodes=nodes,
+                                  slurm_nodes=self._slurm_nodes)
+
+    def _namespace(self, name: str) -> Mapping[str, Any] | None:
+        return None  # namespaceObject: filled once the scheduler watches Namespaces
+
+    async def _submit(self, pod: kube.Obj, record: PodRecord) -> None:
+        meta = pod["metadata"]
+        existing = self.job_by_uid.get(meta["uid"])
+        if existing is not None and not self.jobs[existing].finished:
+            await self._annotate(pod, {self.job_id_key: str(existing)})
+            record.note("adopted", f"job {existing}")
+            log.info("pod %s: adopted job %d", kube.key(pod), existing)
+            return
+        decision = self.policies.evaluate(pod, self._namespace(meta["namespace"]))
+        for warning in decision.warnings:
+            await self._event(pod, record, warning.reason, f"{warning.policy}: {warning.message}",
+                              warning=True)
+        if not decision.allowed:
+            reason = decision.reason or "PolicyDenied"
+            metrics.PODS_REJECTED.inc()
+            record.rejected = f"{reason}: {decision.message}"
+            await self._event(pod, record, reason, decision.message, warning=True)
+            await self._annotate(pod, {self.rejected_key: reason})
+            log.info("pod %s rejected: %s: %s", kube.key(pod), reason, decision.message)
+            return
+        try:
+            job = translate.job_description(pod, decision.mappings, self.snapshot(),
+                                            self.translate_settings)
+        except (ValueError, KeyError, TypeError) as exc:
+            record.rejected = f"InvalidPod: {exc}"
+            await self._event(pod, record, "InvalidPod", str(exc), warning=True)
+            await self._annotate(pod, {self.rejected_key: "InvalidPod"})
+            return
+        record.job_description = job
+        try:
+            job_id = await self.slurm.submit(job)
+        except SlurmError as exc:
+            metrics.SUBMIT_ERRORS.inc()
+            await self._event(pod, record, "SubmitFailed", str(exc), warning=True)
+            raise
+        self._learn(Job(job_id=job_id, name=job["name"], state="PENDING", extra=job["extra"],
+                        nodes="", reason="", raw={}))
+        metrics.JOBS_SUBMITTED.inc()
+        log.info("pod %s: submitted job %d", kube.key(pod), job_id)
+        await self._annotate(pod, {self.job_id_key: str(job_id)})
+        await self._event(pod, record, "JobSubmitted", f"Slurm job {job_id} submitted")
+
+    async def _annotate(self, pod: kube.Obj, annotations: dict[str, str | None]) -> None:
+        meta = pod["metadata"]
+        await kube.annotate(self.api, "pods", meta["namespace"], meta["name"], annotations)
+
+    async def _bind(self, pod: kube.Obj, record: PodRecord, job: JobView) -> None:
+        k8s_node = self.snapshot().slurm_to_k8s.get(job.node)
+        if k8s_node is None:
+            await self._event(pod, record, "NoNodeForSlurmNode",
+                              f"no slurmd Pod has hostname {job.node}; waiting", warning=True)
+            raise LookupError(f"Slurm node {job.node} has no slurmd Pod")
+        await kube.bind(self.api, pod, k8s_node)
+        record.bound_at = time.time()
+        record.k8s_node = k8s_node
+        metrics.PODS_BOUND.inc()
+        if record.time_to_bound is not None:
+            metrics.BIND_LATENCY.observe(record.time_to_bound)
+        log.info("pod %s: bound to %s (Slurm node %s)", kube.key(pod), k8s_node, job.node)
+        await self._event(pod, record, "Scheduled",
+                          f"Successfully assigned {kube.key(pod)} to {k8s_node} "
+                          f"(Slurm node {job.node}, job {record.job_id})")
+
+    async def _cancel(self, job_id: int, key: str, why: str) -> None:
+        await self.slurm.cancel(job_id)
+        metrics.JOBS_CANCELLED.inc()
+        log.info("pod %s: cancelled job %d: %s", key, job_id, why)
+
+    async def _delete_pod(self, pod: kube.Obj, record: PodRecord, job: JobView | None) -> None:
+        what = f"job {record.job_id} {job.state.lower()}" if job else \
+            f"job {record.job_id} no longer exists in Slurm"
+        await self._event(pod, record, "SlurmJobEnded", f"{what}; deleting the Pod", warning=True)
+        await kube.delete_pod(self.api, pod)
+        metrics.PODS_DELETED.inc()
+        log.info("pod %s: deleted: %s", kube.key(pod), what)

@@ -1,0 +1,51 @@
+"""HTTP servers inside the scheduler's event loop: probes and metrics (hooks and dashboard add
+their own apps). Only the web layer imports litestar."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Generator
+
+import uvicorn
+from litestar import Litestar, MediaType, Response, get
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from sunk.settings import parse_bind
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the scheduler owns SIGTERM and runs several."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+async def serve(app: Litestar, bind: str) -> None:
+    host, port = parse_bind(bind)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
+                            access_log=False)
+    await _Server(config).serve()
+
+
+def probes_app(ready: Callable[[], tuple[bool, str]]) -> Litestar:
+    """``/healthz``: the process answers. ``/readyz``: caches synced and Slurm reachable."""
+
+    @get("/healthz", media_type=MediaType.TEXT, include_in_schema=False, sync_to_thread=False)
+    def healthz() -> str:
+        return "ok"
+
+    @get("/readyz", media_type=MediaType.TEXT, include_in_schema=False, sync_to_thread=False)
+    def readyz() -> Response[str]:
+        ok, why = ready()
+        return Response("ok" if ok else why, status_code=200 if ok else 503)
+
+    return Litestar([healthz, readyz], openapi_config=None, logging_config=None)
+
+
+def metrics_app() -> Litestar:
+    @get("/metrics", include_in_schema=False, sync_to_thread=False)
+    def metrics() -> Response[bytes]:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    return Litestar([metrics], openapi_config=None, logging_config=None)

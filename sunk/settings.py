@@ -1,0 +1,161 @@
+"""The scheduler's settings: one pydantic-settings class, filled from flags and ``SUNK_*`` env.
+
+Flag names follow the reference deployment (``--scheduler-name``, ``--slurm-kill-wait``, ...),
+so an operator's existing arguments keep working.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+
+
+def parse_duration(value: str | float | int) -> float:
+    """Seconds from ``30``, ``30s``, ``1.5m``, ``2h`` or ``500ms`` (Go-style, one unit)."""
+    if isinstance(value, int | float):
+        return float(value)
+    m = _DURATION.match(value)
+    if not m:
+        raise ValueError(f"not a duration: {value!r} (use e.g. 30s, 1m, 500ms)")
+    number, unit = float(m.group(1)), m.group(2) or "s"
+    return number * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+
+
+def parse_bind(address: str) -> tuple[str, int]:
+    """``host:port`` or ``:port`` (all interfaces, as Go programs read it)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"not a bind address: {address!r} (use host:port or :port)")
+    return (host.strip("[]") or "0.0.0.0"), int(port)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SUNK_", env_nested_delimiter="__",
+                                      extra="ignore")
+
+    scheduler_name: str = "sunk-scheduler"
+    scope: Literal["namespace", "cluster"] = "namespace"
+    #: Namespaces watched in namespace scope; empty means the scheduler's own namespace.
+    watch_namespace: list[str] = Field(default_factory=list)
+    kubeconfig: Path | None = None
+
+    slurm_api_base: str = "http://127.0.0.1:6820"
+    slurm_api_version: str = "v0.0.42"
+    slurm_auth_token: SecretStr | None = None
+    #: Re-read when it changes, so a mounted Secret can rotate the token.
+    slurm_auth_token_file: Path | None = None
+    slurm_user: str = "root"
+    slurm_kill_wait: float = 30.0
+    slurm_poll_interval: float = 1.0
+
+    hooks_api_bind_address: str = ":8000"
+    metrics_bind_address: str = ":8080"
+    health_probe_bind_address: str = ":8081"
+    dashboard_bind_address: str = "127.0.0.1:8082"
+    #: Shared with the Slurm nodes' prolog and placeholder scripts; hook calls without it fail.
+    hooks_token: SecretStr | None = None
+    hooks_token_file: Path | None = None
+    components: list[str] = Field(default_factory=lambda: ["scheduler"])
+    log_level: str = "info"
+
+    annotation_prefix: str = "sunk.coreweave.com/"
+    #: Where the slurmd Pods live, and how to find them (their hostname is the Slurm node name).
+    slurmd_namespace: str | None = None
+    slurmd_label_selector: str = "app.kubernetes.io/name=slurmd"
+    #: Node label value of ``gpu_model_label`` -> Slurm GRES type (the chart's ``gpuTypes``).
+    gpu_model_label: str = "gpu.nvidia.com/model"
+    gpu_types: dict[str, str] = Field(default_factory=dict)
+    gpu_resource: str = "nvidia.com/gpu"
+    placeholder_script: str = "/opt/sunk/scripts/placeholder.sh"
+    policies_dir: Path = Path("policies")
+    #: ``namespace/name`` of a ConfigMap holding policy files; reloaded when it changes.
+    policies_configmap: str | None = None
+    workers: int = 16
+
+    @field_validator("slurm_kill_wait", "slurm_poll_interval", mode="before")
+    @classmethod
+    def _duration(cls, v: str | float) -> float:
+        return parse_duration(v)
+
+    @field_validator("watch_namespace", "components", mode="before")
+    @classmethod
+    def _csv(cls, v: str | list[str]) -> list[str]:
+        if isinstance(v, str):
+            return [x.strip() for x in v.split(",") if x.strip()]
+        return [x for item in v for x in item.split(",") if x]
+
+    @field_validator("slurm_api_base")
+    @classmethod
+    def _scheme(cls, v: str) -> str:
+        return (v if "://" in v else f"http://{v}").rstrip("/")
+
+    @field_validator("hooks_api_bind_address", "metrics_bind_address",
+                     "health_probe_bind_address", "dashboard_bind_address")
+    @classmethod
+    def _bind(cls, v: str) -> str:
+        parse_bind(v)
+        return v
+
+    # -- derived ---------------------------------------------------------------------------
+    def own_namespace(self) -> str:
+        """The scheduler's namespace (the Downward API's POD_NAMESPACE), else ``default``."""
+        mounted = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        if env := os.environ.get("POD_NAMESPACE"):
+            return env
+        return mounted.read_text().strip() if mounted.exists() else "default"
+
+    def namespaces(self) -> list[str] | None:
+        """Watched namespaces, or None for the whole cluster."""
+        if self.scope == "cluster":
+            return None
+        return self.watch_namespace or [self.own_namespace()]
+
+    def annotation(self, key: str) -> str:
+        return f"{self.annotation_prefix}{key}"
+
+    def slurm_token(self) -> str:
+        if self.slurm_auth_token_file is not None:
+            return self.slurm_auth_token_file.read_text().strip()
+        if self.slurm_auth_token is not None:
+            return self.slurm_auth_token.get_secret_value()
+        raise ValueError("no Slurm token: set --slurm-auth-token or --slurm-auth-token-file")
+
+    def hook_token(self) -> str | None:
+        if self.hooks_token_file is not None:
+            return self.hooks_token_file.read_text().strip()
+        return self.hooks_token.get_secret_value() if self.hooks_token else None
+
+
+def from_args(argv: list[str] | None = None) -> Settings:
+    """Settings from flags (reference names); flags override ``SUNK_*`` environment."""
+    p = argparse.ArgumentParser(prog="sunk-scheduler",
+                                description="Schedule Kubernetes Pods through Slurm.")
+    fields = Settings.model_fields
+    for name, info in fields.items():
+        flag = "--" + name.replace("_", "-")
+        help_text = f"(env SUNK_{name.upper()})"
+        if info.annotation is bool:
+            p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction,
+                           default=None, help=help_text)
+        elif name in ("watch_namespace", "components"):
+            p.add_argument(flag, dest=name, action="append", default=None, help=help_text)
+        elif name == "gpu_types":
+            p.add_argument(flag, dest=name, action="append", default=None,
+                           metavar="MODEL=TYPE", help=f"repeatable {help_text}")
+        else:
+            p.add_argument(flag, dest=name, default=None, help=help_text)
+    args = {k: v for k, v in vars(p.parse_args(argv)).items() if v is not None}
+    if "gpu_types" in args:
+        pairs = [item.split("=", 1) for entry in args["gpu_types"] for item in entry.split(",")]
+        if any(len(pair) != 2 for pair in pairs):
+            p.error("--gpu-types takes MODEL=TYPE pairs")
+        args["gpu_types"] = dict(pairs)
+    return Settings(**args)

@@ -1,0 +1,72 @@
+"""What the scheduler knows, in memory, for the dashboard and its JSON API (no I/O).
+
+The scheduler writes here as things happen; views read it, so a page view costs no API call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+HISTORY = 50
+
+
+@dataclass
+class Transition:
+    at: float
+    what: str
+    detail: str = ""
+
+
+@dataclass
+class PodRecord:
+    namespace: str
+    name: str
+    uid: str
+    created: float
+    phase: str = "Pending"
+    job_id: int | None = None
+    job_state: str = ""
+    pending_reason: str = ""
+    slurm_node: str = ""
+    k8s_node: str = ""
+    bound_at: float | None = None
+    rejected: str = ""
+    last_event: str = ""
+    job_description: dict[str, Any] | None = None
+    history: deque[Transition] = field(default_factory=lambda: deque(maxlen=HISTORY))
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def time_to_bound(self) -> float | None:
+        return None if self.bound_at is None else self.bound_at - self.created
+
+    def note(self, what: str, detail: str = "") -> None:
+        self.history.append(Transition(time.time(), what, detail))
+
+
+@dataclass
+class SchedulerState:
+    pods: dict[str, PodRecord] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+    kube_healthy: bool = False
+    kube_error: str = ""
+    slurm_healthy: bool = False
+    slurm_error: str = ""
+
+    def record(self, namespace: str, name: str, uid: str, created: float) -> PodRecord:
+        key = f"{namespace}/{name}"
+        rec = self.pods.get(key)
+        if rec is None or rec.uid != uid:
+            rec = PodRecord(namespace, name, uid, created)
+            rec.note("seen")
+            self.pods[key] = rec
+        return rec
+
+    def forget(self, key: str) -> None:
+        self.pods.pop(key, None)

@@ -1,0 +1,149 @@
+"""A Pod, its policy mappings and the cluster snapshot -> a Slurm job description (pure).
+
+The result is slurmrestd's ``job_desc_msg`` (data parser v0.0.42, served by Slurm 24.11 through
+26.05). Policies decide the Slurm-side fields (``mappings``); this module adds what comes from
+the Pod itself: resources, identity, placement exclusions and the placeholder script.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from sunk import placement
+from sunk.quantity import Quantity
+
+#: Mapping names (as policies produce them) copied as plain strings into the job.
+_STRING_FIELDS = ("account", "partition", "qos", "comment", "constraints", "reservation",
+                  "prefer", "current_working_directory")
+_NUMBER_FIELDS = ("priority", "time_limit")
+_LIST_FIELDS = ("excluded_nodes", "required_nodes")
+_EXTRA = re.compile(r"^sunk-pod=(?P<ns>[^/\s]+)/(?P<name>[^\s]+) uid=(?P<uid>[0-9a-fA-F-]+)")
+STARTED = ": started"
+
+
+@dataclass(frozen=True)
+class TranslateSettings:
+    placeholder_script: str
+    gpu_resource: str = "nvidia.com/gpu"
+    gpu_model_label: str = "gpu.nvidia.com/model"
+    gpu_types: Mapping[str, str] | None = None
+    kill_wait_seconds: float = 30
+
+
+@dataclass(frozen=True)
+class PodIdentity:
+    namespace: str
+    name: str
+    uid: str
+
+
+def job_extra(pod: PodIdentity) -> str:
+    """The job's ``extra``: who the job is for. The placeholder appends ``: started``."""
+    return f"sunk-pod={pod.namespace}/{pod.name} uid={pod.uid}"
+
+
+def parse_extra(extra: str | None) -> tuple[PodIdentity | None, bool]:
+    """The Pod a job of ours is for (None if not ours), and whether its script has started."""
+    if not extra:
+        return None, False
+    m = _EXTRA.match(extra)
+    if m is None:
+        return None, False
+    return PodIdentity(m["ns"], m["name"], m["uid"]), extra.rstrip().endswith(STARTED)
+
+
+def job_name(pod: PodIdentity) -> str:
+    return f"pod:{pod.namespace}/{pod.name}"
+
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, Fraction]:
+    """Effective requests, as Kubernetes computes them: max(sum of containers, any init container)
+    per resource, plus the Pod's overhead. Bad quantities raise ValueError (policies catch them
+    first)."""
+    spec = pod.get("spec") or {}
+
+    def requests(container: Mapping[str, Any]) -> dict[str, Fraction]:
+        raw = (container.get("resources") or {}).get("requests") or {}
+        return {k: Quantity.parse(str(v)).value for k, v in raw.items()}
+
+    total: dict[str, Fraction] = {}
+    for c in spec.get("containers") or []:
+        for k, v in requests(c).items():
+            total[k] = total.get(k, Fraction(0)) + v
+    for c in spec.get("initContainers") or []:
+        for k, v in requests(c).items():
+            total[k] = max(total.get(k, Fraction(0)), v)
+    for k, v in (spec.get("overhead") or {}).items():
+        total[k] = total.get(k, Fraction(0)) + Quantity.parse(str(v)).value
+    return total
+
+
+def _gres(pod: Mapping[str, Any], gpus: int, snap: placement.Snapshot,
+          settings: TranslateSettings) -> str:
+    """``gres/gpu:TYPE:N`` when the Pod can only land on one GPU model we know a type for."""
+    models = placement.gpu_models(pod, snap, settings.gpu_model_label)
+    types = {(settings.gpu_types or {}).get(m) for m in models}
+    if len(types) == 1 and None not in types:
+        return f"gres/gpu:{types.pop()}:{gpus}"
+    return f"gres/gpu:{gpus}"
+
+
+def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
+                    snap: placement.Snapshot, settings: TranslateSettings) -> dict[str, Any]:
+    """The placeholder job for ``pod``."""
+    meta = pod["metadata"]
+    who = PodIdentity(meta["namespace"], meta["name"], meta["uid"])
+    requests = pod_requests(pod)
+    cpus = max(1, math.ceil(requests.get("cpu", Fraction(0))))
+    memory_mib = max(1, math.ceil(requests.get("memory", Fraction(0)) / 2**20))
+    gpus = math.ceil(requests.get(settings.gpu_resource, Fraction(0)))
+    extra = job_extra(who)
+    job: dict[str, Any] = {
+        "name": job_name(who),
+        "script": f"#!/bin/sh\nexec {settings.placeholder_script}\n",
+        "extra": extra,
+        "nodes": "1",
+        "tasks": 1,
+        "cpus_per_task": cpus,
+        "memory_per_node": {"set": True, "number": memory_mib},
+        "current_working_directory": "/tmp",
+        "environment": [
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            # The batch script does not see SLURM_JOB_EXTRA; it needs it to append ": started".
+            f"SUNK_JOB_EXTRA={extra}",
+            f"SUNK_POD_NAMESPACE={who.namespace}",
+            f"SUNK_POD_NAME={who.name}",
+            f"SUNK_POD_UID={who.uid}",
+            f"SUNK_KILL_WAIT={int(settings.kill_wait_seconds)}",
+        ],
+        "user_id": "0",
+        "group_id": "0",
+    }
+    if gpus:
+        job["tres_per_node"] = _gres(pod, gpus, snap, settings)
+    for key in _STRING_FIELDS:
+        if (value := mappings.get(key)) not in (None, ""):
+            job[key] = str(value)
+    for key in _NUMBER_FIELDS:
+        if (value := mappings.get(key)) is not None:
+            job[key] = {"set": True, "number": int(value)}
+    if (shared := mappings.get("shared")) not in (None, ""):
+        job["shared"] = [str(shared)]
+    if (uid := mappings.get("user_id")) not in (None, ""):
+        job["user_id"] = str(uid)
+        job["group_id"] = str(uid)  # a user id without a group id uses it as the group id
+    if (gid := mappings.get("group_id")) not in (None, ""):
+        job["group_id"] = str(gid)
+    requested = {k: [str(n) for n in mappings.get(k) or []] for k in _LIST_FIELDS}
+    excluded = sorted(set(requested["excluded_nodes"])
+                      | set(placement.excluded_slurm_nodes(pod, snap)))
+    if excluded:
+        job["excluded_nodes"] = excluded
+    if requested["required_nodes"]:
+        job["required_nodes"] = requested["required_nodes"]
+    return job
