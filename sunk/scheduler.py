@@ -61,7 +61,8 @@ class Scheduler:
             gpu_resource=settings.gpu_resource, gpu_model_label=settings.gpu_model_label,
             gpu_types=settings.gpu_types, kill_wait_seconds=settings.slurm_kill_wait)
         selector = f"spec.schedulerName={settings.scheduler_name}"
-        watched: list[str | None] = list(settings.namespaces() or [None])
+        namespaces = settings.namespaces()
+        watched: list[str | None] = [None] if namespaces is None else list(namespaces)
         self.pod_informers = [
             kube.Informer(api, "pods", namespace=ns, field_selector=selector,
                           handler=self._on_pod)
@@ -82,6 +83,7 @@ class Scheduler:
                 tasks.create_task(informer.run())
             await asyncio.gather(*(i.synced.wait() for i in informers))
             tasks.create_task(self._poll_slurm())
+            tasks.create_task(self._poll_slurm_nodes())
             for _ in range(self.settings.workers):
                 tasks.create_task(self._work())
             self.ready.set()
@@ -144,6 +146,19 @@ class Scheduler:
             for job in jobs:
                 if (who := self._learn(job)) is not None:
                     self.queue.add(f"{who.namespace}/{who.name}")
+
+    async def _poll_slurm_nodes(self, interval: float = 5.0) -> None:
+        """Slurm's nodes, now and then: which exist (for placement) and their state (for the
+        dashboard). Cheap: one call for every node."""
+        while True:
+            try:
+                nodes = await self.slurm.nodes()
+            except SlurmError as exc:
+                log.warning("listing Slurm nodes failed: %s", exc)
+            else:
+                self._slurm_nodes = frozenset(n["name"] for n in nodes)
+                self.state.slurm_nodes = {n["name"]: n for n in nodes}
+            await asyncio.sleep(interval)
 
     async def _work(self) -> None:
         while True:

@@ -58,6 +58,8 @@ class SchedulerState:
     kube_error: str = ""
     slurm_healthy: bool = False
     slurm_error: str = ""
+    #: Slurm node name -> slurmrestd's node record (state, reason, cpus, alloc_cpus, ...).
+    slurm_nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def record(self, namespace: str, name: str, uid: str, created: float) -> PodRecord:
         key = f"{namespace}/{name}"

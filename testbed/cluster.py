@@ -168,16 +168,17 @@ def up(*, node_count: int = 4, suite: str = build.DEFAULT_SUITE, kill_wait: int 
         down()
 
     started = time.monotonic()
+    picked = iter(procs.free_ports(6))
     ports = {
-        "etcd": procs.free_port(),
-        "etcd_peer": procs.free_port(),
+        "etcd": next(picked),
+        "etcd_peer": next(picked),
         "apiserver": procs.require_port(apiserver_port, "kube-apiserver")
-        if apiserver_port else procs.free_port(),
+        if apiserver_port else next(picked),
         "slurmctld": procs.require_port(slurmctld_port, "slurmctld")
-        if slurmctld_port else procs.free_port(),
+        if slurmctld_port else next(picked),
         "slurmrestd": procs.require_port(slurmrestd_port, "slurmrestd")
-        if slurmrestd_port else procs.free_port(),
-        "hooks": procs.free_port(),
+        if slurmrestd_port else next(picked),
+        "hooks": next(picked),
     }
     ports["slurmd_base"] = procs.free_port_range(node_count)
     if len(set(ports.values())) != len(ports):
@@ -351,6 +352,20 @@ def _mount_chroot(tb: Testbed) -> None:
               what="making the scripts mount read-only")
     hostname = socket.gethostname()
     (root / "etc/hosts").write_text(f"127.0.0.1 localhost {hostname}\n::1 localhost\n")
+    _ensure_lines(root / "etc/passwd", TEST_USERS)
+    _ensure_lines(root / "etc/group", TEST_GROUPS)
+
+
+#: Users a Pod's user-id/group-id annotations can name (the reference's "dedicated Slurm user").
+TEST_USERS = ("k8s-pods:x:1001:1001::/tmp:/bin/sh",)
+TEST_GROUPS = ("k8s-pods:x:1001:", "k8s-shared:x:1002:k8s-pods")
+
+
+def _ensure_lines(path: Path, lines: tuple[str, ...]) -> None:
+    text = path.read_text()
+    missing = [line for line in lines if line not in text.splitlines()]
+    if missing:
+        path.write_text(text.rstrip("\n") + "\n" + "\n".join(missing) + "\n")
 
 
 def _start_slurm(tb: Testbed) -> None:

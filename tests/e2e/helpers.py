@@ -12,7 +12,7 @@ from kr8s.asyncio.objects import APIObject
 T = TypeVar("T")
 
 
-async def eventually(check: Callable[[], Awaitable[T]], within: float = 30) -> T:
+async def eventually(check: Callable[[], Awaitable[T | None]], within: float = 30) -> T:
     """Poll ``check`` (a real system's state: nothing to subscribe to) until it is truthy."""
     async with asyncio.timeout(within):
         while True:
@@ -30,3 +30,56 @@ async def close_api(api: kr8s.asyncio.Api) -> None:
     """kr8s has no close(); its httpx session must still be closed before the loop ends."""
     if api._session is not None:
         await api._session.aclose()
+
+
+def pod_manifest(name: str, namespace: str, scheduler: str, *, cpu: str = "1",
+                 memory: str = "1Gi", gpus: int = 0, annotations: dict[str, str] | None = None,
+                 grace: int | None = 10, **spec: Any) -> dict[str, Any]:
+    """A Pod for the scheduler under test, with the fields tests vary."""
+    requests: dict[str, str] = {"cpu": cpu, "memory": memory}
+    resources: dict[str, Any] = {"requests": requests}
+    if gpus:
+        requests["nvidia.com/gpu"] = str(gpus)
+        resources["limits"] = {"nvidia.com/gpu": str(gpus)}
+    body: dict[str, Any] = {
+        "schedulerName": scheduler,
+        "containers": [{"name": "main", "image": "busybox", "resources": resources}],
+        **spec,
+    }
+    if grace is not None:
+        body["terminationGracePeriodSeconds"] = grace
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace,
+                         "annotations": annotations or {}},
+            "spec": body}
+
+
+async def create(kube: kr8s.asyncio.Api, manifest: dict[str, Any]) -> None:
+    ns = manifest["metadata"]["namespace"]
+    async with kube.call_api("POST", namespace=ns, url="pods", json=manifest):
+        pass
+
+
+async def get_pod(kube: kr8s.asyncio.Api, namespace: str, name: str) -> dict[str, Any] | None:
+    async with kube.call_api("GET", namespace=namespace, url=f"pods/{name}",
+                             raise_for_status=False) as r:
+        if r.status_code == 404:
+            return None
+        body: dict[str, Any] = r.json()
+        return body
+
+
+async def wait_bound(kube: kr8s.asyncio.Api, namespace: str, name: str,
+                     within: float = 60) -> dict[str, Any]:
+    async def bound() -> dict[str, Any] | None:
+        pod = await get_pod(kube, namespace, name)
+        return pod if pod and pod["spec"].get("nodeName") else None
+
+    return await eventually(bound, within)
+
+
+async def events_for(kube: kr8s.asyncio.Api, namespace: str, name: str) -> list[dict[str, Any]]:
+    async with kube.call_api("GET", namespace=namespace, url="events",
+                             params={"fieldSelector": f"involvedObject.name={name}"}) as r:
+        items: list[dict[str, Any]] = r.json()["items"]
+        return items
