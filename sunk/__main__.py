@@ -11,11 +11,13 @@ import sys
 from pydantic import ValidationError
 
 from sunk import kube
+from sunk.hooks import create_hooks_app
 from sunk.policy import PolicyLoadError, PolicyStore
 from sunk.scheduler import Scheduler
 from sunk.servers import metrics_app, probes_app, serve
 from sunk.settings import Settings, from_args
 from sunk.slurm import SlurmClient
+from sunk.web import auth_from_env, create_app
 
 log = logging.getLogger("sunk")
 
@@ -50,7 +52,11 @@ async def run(settings: Settings) -> None:
             tasks.create_task(scheduler.run())
             tasks.create_task(serve(probes_app(ready), settings.health_probe_bind_address))
             tasks.create_task(serve(metrics_app(), settings.metrics_bind_address))
+            tasks.create_task(serve(create_hooks_app(scheduler, token=settings.hook_token),
+                                    settings.hooks_api_bind_address))
             tasks.create_task(policies.watch_directory(settings.policies_dir))
+            tasks.create_task(serve(create_app(scheduler, **auth_from_env()),
+                                    settings.dashboard_bind_address))
     finally:
         scheduler.queue.close()
         await slurm.aclose()

@@ -14,3 +14,6 @@ BIND_LATENCY = Histogram("sunk_pod_creation_to_bound_seconds",
                          buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600))
 SLURM_UP = Gauge("sunk_slurm_up", "Whether the last call to slurmrestd worked")
 KUBE_UP = Gauge("sunk_kube_up", "Whether every watch of the API server is healthy")
+ORPHANS_CANCELLED = Counter("sunk_orphaned_jobs_cancelled_total",
+                            "Jobs of ours cancelled because their Pod no longer exists")
+HOOK_CALLS = Counter("sunk_hook_calls_total", "Hook API calls", ["hook", "status"])

@@ -57,7 +57,7 @@ class Scheduler:
         self.job_id_key = settings.annotation("job-id")
         self.rejected_key = settings.annotation("rejected")
         self.translate_settings = translate.TranslateSettings(
-            placeholder_script=settings.placeholder_script,
+            scheduler_name=settings.scheduler_name, placeholder_script=settings.placeholder_script,
             gpu_resource=settings.gpu_resource, gpu_model_label=settings.gpu_model_label,
             gpu_types=settings.gpu_types, kill_wait_seconds=settings.slurm_kill_wait)
         selector = f"spec.schedulerName={settings.scheduler_name}"
@@ -72,6 +72,8 @@ class Scheduler:
             api, "pods", namespace=settings.slurmd_namespace,
             label_selector=settings.slurmd_label_selector)
         self.ready = asyncio.Event()
+        #: Pod uid -> set when that Pod object is gone (placeholder jobs wait on it).
+        self._gone: dict[str, asyncio.Event] = {}
 
     # -- running -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -84,6 +86,7 @@ class Scheduler:
             await asyncio.gather(*(i.synced.wait() for i in informers))
             tasks.create_task(self._poll_slurm())
             tasks.create_task(self._poll_slurm_nodes())
+            tasks.create_task(self._collect_garbage())
             for _ in range(self.settings.workers):
                 tasks.create_task(self._work())
             self.ready.set()
@@ -115,9 +118,14 @@ class Scheduler:
                 delay = min(30.0, delay * 2)
 
     def _learn(self, job: Job) -> translate.PodIdentity | None:
-        """Record a job if it is ours; return the Pod it is for."""
+        """Record a job if it is ours; return the Pod it is for.
+
+        Slurm keeps a FAILED record of every submission it refused; such a record (finished,
+        never placed, unknown to us) is not a job of a Pod, and must not wake the Pod again."""
         who, _ = translate.parse_extra(job.extra)
-        if who is None:
+        if who is None or who.scheduler != self.settings.scheduler_name:
+            return None
+        if job.finished and not job.nodes and job.job_id not in self.jobs:
             return None
         self.jobs[job.job_id] = job
         newest = self.job_by_uid.get(who.uid)
@@ -182,11 +190,93 @@ class Scheduler:
         if kind == "DELETED":
             # The Pod object is gone: release its job now (reconcile no longer sees the Pod).
             uid = pod["metadata"].get("uid", "")
+            if (gone := self._gone.pop(uid, None)) is not None:
+                gone.set()
             self.state.forget(key)
             if (job_id := self.job_by_uid.get(uid)) is not None:
                 self.queue.add(f"{key}#{uid}#{job_id}")
             return
         self.queue.add(key)
+
+    async def _collect_garbage(self, interval: float = 30.0) -> None:
+        """Jobs of ours whose Pod no longer exists are cancelled (a missed DELETED event, or a
+        Pod deleted while the scheduler was down). Bound Pods whose job is gone are handled by
+        reconcile itself (decide: DELETE_POD)."""
+        while True:
+            await asyncio.sleep(interval)
+            live = {p["metadata"]["uid"] for inf in self.pod_informers for p in inf.cache.values()}
+            for job_id, job in list(self.jobs.items()):
+                who, _ = translate.parse_extra(job.extra)
+                if who is None or job.finished or who.uid in live:
+                    continue
+                try:
+                    await self._cancel(job_id, who.key, "orphaned: its Pod no longer exists")
+                    metrics.ORPHANS_CANCELLED.inc()
+                except SlurmError as exc:
+                    log.warning("cancelling orphaned job %d failed: %s", job_id, exc)
+
+    # -- the hook API's questions ----------------------------------------------------------------
+    def pod_of_job(self, job_id: int) -> tuple[translate.PodIdentity, kube.Obj | None] | None:
+        """The Pod a job of ours is for, and that Pod if it still exists (None: gone).
+        None if the job is not one of ours."""
+        job = self.jobs.get(job_id)
+        who = translate.parse_extra(job.extra)[0] if job else None
+        if who is None or who.scheduler != self.settings.scheduler_name:
+            return None
+        pod = self._pod(who.key)
+        if pod is not None and pod["metadata"].get("uid") != who.uid:
+            pod = None  # a new Pod under the same name is not this job's Pod
+        return who, pod
+
+    async def job_terminating(self, job_id: int, node: str) -> tuple[str, bool] | None:
+        """The placeholder job got its termination signal: delete its Pod (with the Pod's own
+        grace period). Returns the Pod's key and whether it is already gone."""
+        found = self.pod_of_job(job_id)
+        if found is None:
+            return None
+        who, pod = found
+        if pod is None:
+            return who.key, True
+        if not pod["metadata"].get("deletionTimestamp"):
+            record = self.state.pods.get(who.key)
+            await self._event(pod, record, "SlurmJobTerminating",
+                              f"Slurm is ending job {job_id} on {node}; deleting the Pod",
+                              warning=True)
+            await kube.delete_pod(self.api, pod)
+            metrics.PODS_DELETED.inc()
+        return who.key, False
+
+    async def drain_for_job(self, job_id: int, node: str) -> tuple[str, bool] | None:
+        """The job reached KillWait with its Pod still there: drain its Slurm node, naming the
+        Pod, so nothing else lands there until someone looks."""
+        found = self.pod_of_job(job_id)
+        if found is None:
+            return None
+        who, pod = found
+        if pod is None:
+            return who.key, True
+        reason = (f"sunk: Pod {who.key} still terminating at KillWait (job {job_id}); "
+                  "drained so nothing else lands here")
+        await self.slurm.update_node(node, {"state": ["DRAIN"], "reason": reason})
+        await self._event(pod, self.state.pods.get(who.key), "SlurmNodeDrained",
+                          f"{node}: {reason}", warning=True)
+        log.warning("drained Slurm node %s: %s", node, reason)
+        return who.key, False
+
+    async def wait_pod_gone(self, job_id: int, within: float) -> tuple[str, bool] | None:
+        found = self.pod_of_job(job_id)
+        if found is None:
+            return None
+        who, pod = found
+        if pod is None:
+            return who.key, True
+        gone = self._gone.setdefault(who.uid, asyncio.Event())
+        try:
+            async with asyncio.timeout(within):
+                await gone.wait()
+        except TimeoutError:
+            return who.key, False
+        return who.key, True
 
     # -- the reconcile ---------------------------------------------------------------------------
     def _pod(self, key: str) -> kube.Obj | None:
@@ -323,7 +413,11 @@ class Scheduler:
             job_id = await self.slurm.submit(job)
         except SlurmError as exc:
             metrics.SUBMIT_ERRORS.inc()
-            await self._event(pod, record, "SubmitFailed", str(exc), warning=True)
+            tries = self.queue.failures(kube.key(pod))
+            if tries & (tries - 1) == 0:  # the 1st, 2nd, 4th, 8th... failure: not every retry
+                await self._event(pod, record, "SubmitFailed",
+                                  f"Slurm did not take the job (try {tries + 1}, retrying "
+                                  f"with backoff): {exc}", warning=True)
             raise
         self._learn(Job(job_id=job_id, name=job["name"], state="PENDING", extra=job["extra"],
                         nodes="", reason="", raw={}))

@@ -3,6 +3,7 @@ their own apps). Only the web layer imports litestar."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Generator
 
@@ -22,10 +23,21 @@ class _Server(uvicorn.Server):
 
 
 async def serve(app: Litestar, bind: str) -> None:
+    """Serve ``app`` until cancelled, then shut down cleanly (close the listening socket,
+    finish the lifespan) instead of dying mid-request."""
     host, port = parse_bind(bind)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
                             access_log=False)
-    await _Server(config).serve()
+    server = _Server(config)
+    task = asyncio.ensure_future(server.serve())
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        server.should_exit = True
+        await task
+        raise
+    if server.started is False and not task.cancelled():
+        raise OSError(f"could not serve on {bind} (address in use?)")
 
 
 def probes_app(ready: Callable[[], tuple[bool, str]]) -> Litestar:

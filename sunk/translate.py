@@ -22,12 +22,14 @@ _STRING_FIELDS = ("account", "partition", "qos", "comment", "constraints", "rese
                   "prefer", "current_working_directory")
 _NUMBER_FIELDS = ("priority", "time_limit")
 _LIST_FIELDS = ("excluded_nodes", "required_nodes")
-_EXTRA = re.compile(r"^sunk-pod=(?P<ns>[^/\s]+)/(?P<name>[^\s]+) uid=(?P<uid>[0-9a-fA-F-]+)")
+_EXTRA = re.compile(r"^sunk-pod=(?P<ns>[^/\s]+)/(?P<name>[^\s]+) uid=(?P<uid>[0-9a-fA-F-]+)"
+                    r" scheduler=(?P<scheduler>[^\s:]+)")
 STARTED = ": started"
 
 
 @dataclass(frozen=True)
 class TranslateSettings:
+    scheduler_name: str
     placeholder_script: str
     gpu_resource: str = "nvidia.com/gpu"
     gpu_model_label: str = "gpu.nvidia.com/model"
@@ -37,14 +39,22 @@ class TranslateSettings:
 
 @dataclass(frozen=True)
 class PodIdentity:
+    """Whose a placeholder job is: the Pod, and the scheduler (by name) that submitted it, so
+    two sunk schedulers sharing one Slurm cluster never adopt or reap each other's jobs."""
+
     namespace: str
     name: str
     uid: str
+    scheduler: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 def job_extra(pod: PodIdentity) -> str:
     """The job's ``extra``: who the job is for. The placeholder appends ``: started``."""
-    return f"sunk-pod={pod.namespace}/{pod.name} uid={pod.uid}"
+    return f"sunk-pod={pod.namespace}/{pod.name} uid={pod.uid} scheduler={pod.scheduler}"
 
 
 def parse_extra(extra: str | None) -> tuple[PodIdentity | None, bool]:
@@ -54,7 +64,8 @@ def parse_extra(extra: str | None) -> tuple[PodIdentity | None, bool]:
     m = _EXTRA.match(extra)
     if m is None:
         return None, False
-    return PodIdentity(m["ns"], m["name"], m["uid"]), extra.rstrip().endswith(STARTED)
+    who = PodIdentity(m["ns"], m["name"], m["uid"], m["scheduler"])
+    return who, extra.rstrip().endswith(STARTED)
 
 
 def job_name(pod: PodIdentity) -> str:
@@ -97,7 +108,7 @@ def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
                     snap: placement.Snapshot, settings: TranslateSettings) -> dict[str, Any]:
     """The placeholder job for ``pod``."""
     meta = pod["metadata"]
-    who = PodIdentity(meta["namespace"], meta["name"], meta["uid"])
+    who = PodIdentity(meta["namespace"], meta["name"], meta["uid"], settings.scheduler_name)
     requests = pod_requests(pod)
     cpus = max(1, math.ceil(requests.get("cpu", Fraction(0))))
     memory_mib = max(1, math.ceil(requests.get("memory", Fraction(0)) / 2**20))

@@ -55,6 +55,9 @@ class WorkQueue:
         self._failures[key] = n + 1
         return float(min(self._max, self._base * 2**n))
 
+    def failures(self, key: str) -> int:
+        return self._failures.get(key, 0)
+
     def forget(self, key: str) -> None:
         self._failures.pop(key, None)
 

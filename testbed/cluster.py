@@ -308,7 +308,8 @@ def _create_kubernetes_objects(tb: Testbed, bins: build.Binaries) -> None:
     tb.pids["kwok"] = procs.start([
         str(bins.kwok), f"--kubeconfig={tb.kubeconfig}", "--manage-all-nodes=false",
         "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-        "--node-ip=127.0.0.1", "--cidr=10.244.0.0/16"], tb.log("kwok"))
+        "--node-ip=127.0.0.1", "--cidr=10.244.0.0/16",
+        f"--config={Path(__file__).with_name('kwok-stages.yaml')}"], tb.log("kwok"))
     tb.save()
     namespace = {"apiVersion": "v1", "kind": "Namespace",
                  "metadata": {"name": SLURM_NAMESPACE}}

@@ -6,6 +6,7 @@ A test bed that this run started is stopped at the end of the run; one that was 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import signal
@@ -34,6 +35,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def testbed() -> Iterator[cluster.Testbed]:
+    """The test bed, for this run alone: a second run waits (its scheduler would otherwise
+    answer the same Slurm scripts and fight over the same Pods)."""
+    lock = open("/tmp/sunk-testbed.e2e.lock", "w")  # noqa: SIM115 - held for the whole run
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print("another end-to-end run holds the test bed; waiting", file=sys.stderr)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        yield from _testbed()
+    finally:
+        lock.close()
+
+
+def _testbed() -> Iterator[cluster.Testbed]:
     existing = cluster.Testbed.load()
     if existing is not None and existing.ready and all(existing.alive().values()):
         yield existing
@@ -71,6 +87,13 @@ async def namespace(kube: kr8s.asyncio.Api) -> AsyncIterator[str]:
     ns = await kr8s.asyncio.objects.Namespace({"metadata": {"name": name}}, api=kube)
     await ns.create()
     yield name
+    async with kube.call_api("GET", namespace=name, url="pods") as r:
+        held = [p["metadata"]["name"] for p in r.json()["items"] if p["metadata"].get("finalizers")]
+    for pod in held:
+        async with kube.call_api("PATCH", namespace=name, url=f"pods/{pod}",
+                                 json={"metadata": {"finalizers": None}},
+                                 headers={"Content-Type": "application/merge-patch+json"}):
+            pass
     async with kube.call_api("DELETE", namespace=name, url="pods",
                              params={"gracePeriodSeconds": "0"}):
         pass

@@ -207,7 +207,7 @@ async def test_a_job_left_by_a_crashed_scheduler_is_adopted_not_submitted_again(
     pod = await get_pod(kube, namespace, "orphan")
     assert pod is not None
     uid = pod["metadata"]["uid"]
-    extra = f"sunk-pod={namespace}/orphan uid={uid}"
+    extra = f"sunk-pod={namespace}/orphan uid={uid} scheduler={name}"
     job = {"name": f"pod:{namespace}/orphan", "extra": extra, "current_working_directory": "/tmp",
            "script": "#!/bin/sh\nexec /opt/sunk/scripts/placeholder.sh\n", "minimum_cpus": 1,
            "environment": ["PATH=/usr/bin:/bin", f"SUNK_JOB_EXTRA={extra}"]}

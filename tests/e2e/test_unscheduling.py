@@ -1,0 +1,254 @@
+"""Pod and job end together, from either side, and Slurm never reuses a node a Pod still holds."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import kr8s.asyncio
+
+from testbed import cluster
+from tests.e2e.conftest import RunningScheduler
+from tests.e2e.helpers import create, eventually, get_pod, pod_manifest, wait_bound
+
+JOB_ID = "sunk.coreweave.com/job-id"
+HOLD = "sunk.test/hold"
+
+
+async def job(slurm: httpx.AsyncClient, job_id: int | str) -> dict[str, Any]:
+    r = await slurm.get(f"/slurm/v0.0.42/job/{job_id}")
+    found: dict[str, Any] = r.json()["jobs"][0]
+    return found
+
+
+async def node_state(slurm: httpx.AsyncClient, node: str) -> list[str]:
+    r = await slurm.get(f"/slurm/v0.0.42/node/{node}")
+    state: list[str] = r.json()["nodes"][0]["state"]
+    return state
+
+
+async def delete(kube: kr8s.asyncio.Api, namespace: str, name: str) -> None:
+    async with kube.call_api("DELETE", namespace=namespace, url=f"pods/{name}"):
+        pass
+
+
+async def release(kube: kr8s.asyncio.Api, namespace: str, name: str) -> None:
+    """Remove the test's finalizer so the Pod object can go."""
+    async with kube.call_api("PATCH", namespace=namespace, url=f"pods/{name}",
+                             json={"metadata": {"finalizers": None}},
+                             headers={"Content-Type": "application/merge-patch+json"}):
+        pass
+
+
+async def gone(kube: kr8s.asyncio.Api, namespace: str, name: str) -> bool:
+    return await get_pod(kube, namespace, name) is None
+
+
+async def test_deleting_a_running_pod_ends_its_job_and_frees_the_node_only_once_it_is_gone(
+        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
+    manifest = pod_manifest("held", namespace, scheduler.name, cpu="32")
+    manifest["metadata"]["finalizers"] = [HOLD]
+    await create(kube, manifest)
+    pod = await wait_bound(kube, namespace, "held")
+    job_id = pod["metadata"]["annotations"][JOB_ID]
+    node = (await job(slurm, job_id))["nodes"]
+    await delete(kube, namespace, "held")
+
+    async def cancelled() -> bool:
+        return "CANCELLED" in (await job(slurm, job_id))["job_state"]
+
+    await eventually(cancelled)
+    # A Slurm job that wants exactly that node must wait while the Pod object exists.
+    waiting = testbed.slurm("sbatch", "--parsable", f"--nodelist={node}", "--exclusive",
+                            "--chdir=/tmp", "--output=/dev/null", "--wrap=sleep 300").strip()
+    try:
+        await asyncio.sleep(3)
+        assert await get_pod(kube, namespace, "held") is not None
+        assert "COMPLETING" in (await job(slurm, job_id))["job_state"]
+        assert "COMPLETING" in await node_state(slurm, node)
+        assert (await job(slurm, waiting))["job_state"] == ["PENDING"]
+        await release(kube, namespace, "held")
+
+        async def next_job_runs() -> bool:
+            return bool((await job(slurm, waiting))["job_state"] == ["RUNNING"])
+
+        await eventually(next_job_runs, within=15)
+        assert await get_pod(kube, namespace, "held") is None
+    finally:
+        testbed.slurm("scancel", waiting)
+
+
+async def test_scancel_deletes_the_pod_quickly_and_the_job_ends_before_kill_wait(
+        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
+    grace = 2
+    await create(kube, pod_manifest("victim", namespace, scheduler.name, cpu="32", grace=grace))
+    pod = await wait_bound(kube, namespace, "victim")
+    job_id = pod["metadata"]["annotations"][JOB_ID]
+    node = (await job(slurm, job_id))["nodes"]
+    started = time.monotonic()
+    testbed.slurm("scancel", job_id)
+    await eventually(lambda: gone(kube, namespace, "victim"), within=10)
+    pod_gone_after = time.monotonic() - started
+
+    async def node_free() -> bool:
+        return await node_state(slurm, node) == ["IDLE"]
+
+    await eventually(node_free, within=testbed.kill_wait)
+    freed_after = time.monotonic() - started
+    assert pod_gone_after < grace + 3, "deleted at once, honouring its grace period"
+    assert freed_after < testbed.kill_wait / 2, "the job must end by the handshake, not KillWait"
+
+
+async def test_a_pod_whose_deletion_hangs_drains_the_node_before_kill_wait(
+        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
+    manifest = pod_manifest("stuck", namespace, scheduler.name, cpu="32")
+    manifest["metadata"]["finalizers"] = [HOLD]
+    await create(kube, manifest)
+    pod = await wait_bound(kube, namespace, "stuck")
+    job_id = pod["metadata"]["annotations"][JOB_ID]
+    node = (await job(slurm, job_id))["nodes"]
+    try:
+        started = time.monotonic()
+        testbed.slurm("scancel", job_id)
+
+        async def drained() -> dict[str, Any] | None:
+            r = await slurm.get(f"/slurm/v0.0.42/node/{node}")
+            info: dict[str, Any] = r.json()["nodes"][0]
+            return info if "DRAIN" in info["state"] else None
+
+        info = await eventually(drained, within=testbed.kill_wait + 5)
+        drained_after = time.monotonic() - started
+        assert drained_after < testbed.kill_wait
+        assert f"{namespace}/stuck" in info["reason"]
+
+        async def killed() -> bool:
+            return "COMPLETING" not in (await job(slurm, job_id))["job_state"]
+
+        await eventually(killed, within=testbed.kill_wait + 30)
+        assert time.monotonic() - started >= testbed.kill_wait - 1
+    finally:
+        await release(kube, namespace, "stuck")
+        testbed.slurm("scontrol", "update", f"nodename={node}", "state=resume")
+
+
+async def test_deleting_a_pod_whose_job_is_pending_cancels_the_job(
+        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
+    node = testbed.nodes[0].slurm_name
+    busy = testbed.slurm("sbatch", "--parsable", f"--nodelist={node}", "--exclusive",
+                         "--chdir=/tmp", "--output=/dev/null", "--wrap=sleep 300").strip()
+    try:
+        await _delete_while_pending(kube, slurm, namespace, scheduler, node)
+    finally:
+        testbed.slurm("scancel", busy)
+
+
+async def _delete_while_pending(kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient,
+                                namespace: str, scheduler: RunningScheduler, node: str) -> None:
+    # The only node the Pod may have is busy: its job stays pending.
+    await create(kube, pod_manifest("waits", namespace, scheduler.name, annotations={
+        "sunk.coreweave.com/required-nodes": node}))
+
+    async def submitted() -> str | None:
+        pod = await get_pod(kube, namespace, "waits")
+        annotations: dict[str, str] = (pod or {}).get("metadata", {}).get("annotations", {})
+        return annotations.get(JOB_ID)
+
+    job_id = await eventually(submitted)
+    assert (await job(slurm, job_id))["job_state"] == ["PENDING"]
+    await delete(kube, namespace, "waits")
+
+    async def cancelled() -> bool:
+        return bool((await job(slurm, job_id))["job_state"] == ["CANCELLED"])
+
+    await eventually(cancelled, within=10)
+    jobs = (await slurm.get("/slurm/v0.0.42/jobs/")).json()["jobs"]
+    alive = [j["job_id"] for j in jobs if j["name"] == f"pod:{namespace}/waits"
+             and j["job_state"][0] not in ("CANCELLED", "COMPLETED")]
+    assert alive == []
+
+
+async def test_a_high_priority_pod_preempts_slurm_batch_jobs_on_a_full_cluster(
+        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
+    batch = []
+    for _ in testbed.nodes:
+        out = testbed.slurm("sbatch", "--parsable", "--partition=batch", "--exclusive",
+                            "--chdir=/tmp", "--output=/dev/null", "--wrap=sleep 600")
+        batch.append(out.strip())
+    try:
+        async def all_running() -> bool:
+            states = [(await job(slurm, j))["job_state"] for j in batch]
+            return all(state == ["RUNNING"] for state in states)
+
+        await eventually(all_running)
+        await create(kube, pod_manifest(
+            "urgent", namespace, scheduler.name, cpu="8",
+            annotations={"sunk.coreweave.com/partition": "high"}))
+        pod = await wait_bound(kube, namespace, "urgent", within=60)
+        states = [(await job(slurm, j))["job_state"][0] for j in batch]
+        assert "PREEMPTED" in states or "CANCELLED" in states, states
+        assert pod["spec"]["nodeName"]
+    finally:
+        testbed.slurm("scancel", *batch)
+
+
+async def test_a_high_priority_slurm_job_preempts_a_pod_which_is_then_deleted(
+        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
+    names = [f"low-{i}" for i in range(testbed.node_count)]
+    for name in names:
+        await create(kube, pod_manifest(name, namespace, scheduler.name, cpu="32"))
+    for name in names:
+        await wait_bound(kube, namespace, name)
+    urgent = testbed.slurm("sbatch", "--parsable", "--partition=high", "--exclusive",
+                           "--chdir=/tmp", "--output=/dev/null", "--wrap=sleep 600").strip()
+    try:
+        async def one_pod_gone() -> list[str]:
+            return [n for n in names if await get_pod(kube, namespace, n) is None]
+
+        deleted = await eventually(one_pod_gone, within=30)
+        assert len(deleted) == 1
+
+        async def urgent_runs() -> bool:
+            return bool((await job(slurm, urgent))["job_state"] == ["RUNNING"])
+
+        await eventually(urgent_runs, within=30)
+    finally:
+        testbed.slurm("scancel", urgent)
+
+
+async def test_the_hook_api_refuses_bad_calls_and_survives_a_flood(
+        kube: kr8s.asyncio.Api, namespace: str, scheduler: RunningScheduler,
+        testbed: cluster.Testbed) -> None:
+    url = testbed.hook_url + "/hooks/v1/jobs"
+    auth = {"Authorization": f"Bearer {testbed.hook_token}"}
+    async with httpx.AsyncClient(timeout=30) as client:
+        no_token = await client.post(f"{url}/1/terminating", json={"node": "h100-000"})
+        wrong = await client.post(f"{url}/1/terminating", json={"node": "h100-000"},
+                                  headers={"Authorization": "Bearer nope"})
+        bad_body = await client.post(f"{url}/1/terminating", json={"node": "a b;rm"},
+                                     headers=auth)
+        not_json = await client.post(f"{url}/1/terminating", content=b"{", headers=auth)
+        bad_id = await client.get(f"{url}/abc/pod", headers=auth)
+        unknown = await client.get(f"{url}/999999/pod", headers=auth)
+        assert no_token.status_code == 401 and wrong.status_code == 401
+        assert bad_body.status_code == 400 and "node" in bad_body.text
+        assert not_json.status_code == 400
+        assert bad_id.status_code in (400, 404)
+        assert unknown.status_code == 404 and "no such job" in unknown.json()["detail"]
+
+        async def call(i: int) -> int:
+            r = await client.get(f"{url}/{1_000_000 + i}/pod", headers=auth)
+            return r.status_code
+
+        flood = asyncio.gather(*(call(i) for i in range(1000)))
+        await create(kube, pod_manifest("during-flood", namespace, scheduler.name))
+        codes = await flood
+    assert set(codes) <= {404, 429}
+    await wait_bound(kube, namespace, "during-flood", within=30)
