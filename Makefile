@@ -12,9 +12,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-## Bring up the local cluster (real kube-apiserver + kwok, real Slurm) and say how to reach it.
+## The local cluster (real kube-apiserver + kwok, real Slurm), sunk-scheduler with its
+## dashboard, and example Pods; prints where to look.
 demo: $(STAMP)
-	$(BIN)/python -m testbed up
+	$(BIN)/python -m testbed demo
 
 ## Lint, type-check, then every test (the end-to-end ones start the test bed, or reuse it).
 test: $(STAMP)
@@ -27,7 +28,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-up: demo
+up: $(STAMP)
+	$(BIN)/python -m testbed up
 
 down: $(STAMP)
 	$(BIN)/python -m testbed down

@@ -17,6 +17,7 @@ from sunk.scheduler import Scheduler
 from sunk.servers import metrics_app, probes_app, serve
 from sunk.settings import Settings, from_args
 from sunk.slurm import SlurmClient
+from sunk.syncer import Syncer
 from sunk.web import auth_from_env, create_app
 
 log = logging.getLogger("sunk")
@@ -39,6 +40,7 @@ async def run(settings: Settings) -> None:
     slurm = SlurmClient(settings.slurm_api_base, token=settings.slurm_token,
                         user=settings.slurm_user, version=settings.slurm_api_version)
     scheduler = Scheduler(settings, api, slurm, policies)
+    syncer = Syncer(scheduler) if "syncer" in settings.components else None
 
     def ready() -> tuple[bool, str]:
         if not scheduler.ready.is_set():
@@ -52,8 +54,11 @@ async def run(settings: Settings) -> None:
             tasks.create_task(scheduler.run())
             tasks.create_task(serve(probes_app(ready), settings.health_probe_bind_address))
             tasks.create_task(serve(metrics_app(), settings.metrics_bind_address))
-            tasks.create_task(serve(create_hooks_app(scheduler, token=settings.hook_token),
-                                    settings.hooks_api_bind_address))
+            if syncer is not None:
+                tasks.create_task(syncer.run())
+            tasks.create_task(serve(
+                create_hooks_app(scheduler, token=settings.hook_token, locks=syncer),
+                settings.hooks_api_bind_address))
             tasks.create_task(policies.watch_directory(settings.policies_dir))
             tasks.create_task(serve(create_app(scheduler, **auth_from_env()),
                                     settings.dashboard_bind_address))

@@ -22,6 +22,7 @@ from litestar.params import Parameter
 from pydantic import BaseModel, Field
 
 from sunk import metrics
+from sunk.locking import LockState
 
 MAX_WAIT = 30.0
 
@@ -38,6 +39,27 @@ class HookScheduler(Protocol):
     async def drain_for_job(self, job_id: int, node: str) -> tuple[str, bool] | None: ...
 
 
+class HookLocks(Protocol):
+    """What the hook API asks of the syncer (node locks)."""
+
+    async def request_lock(self, node: str, job_id: int, strict: bool,
+                           within: float) -> LockState | None: ...
+
+
+class LockRequestBody(BaseModel):
+    """Sent by the prolog: the job that is about to start on the node."""
+
+    job_id: int = Field(ge=1)
+    strict: bool = Field(default=False,
+                         description="A placeholder job of sunk's: no other workload may stay")
+
+
+class LockStatus(BaseModel):
+    node: str
+    state: str = Field(description="false | pending | locked | locked_strict")
+    locked: bool
+
+
 class JobNodeRequest(BaseModel):
     """Sent by the placeholder job: which Slurm node it runs on."""
 
@@ -51,7 +73,7 @@ class PodStatus(BaseModel):
 
 
 def create_hooks_app(scheduler: HookScheduler, *, token: Callable[[], str | None],
-                     max_in_flight: int = 64) -> Litestar:
+                     locks: HookLocks | None = None, max_in_flight: int = 64) -> Litestar:
     in_flight = asyncio.Semaphore(max_in_flight)
 
     def authorized(connection: ASGIConnection, _: BaseRouteHandler) -> None:  # type: ignore[type-arg]
@@ -96,6 +118,29 @@ def create_hooks_app(scheduler: HookScheduler, *, token: Callable[[], str | None
                          wait: Annotated[float, Parameter(ge=0, le=MAX_WAIT)] = 0) -> PodStatus:
         return await guarded("pod", lambda: scheduler.wait_pod_gone(job_id, wait))
 
+    @post("/hooks/v1/nodes/{node:str}/lock", status_code=200,
+          summary="The prolog: lock the node for a job and wait (long poll) until it is locked")
+    async def lock(node: Annotated[str, Parameter(pattern=r"^[A-Za-z0-9._-]{1,256}$")],
+                   data: LockRequestBody,
+                   wait: Annotated[float, Parameter(ge=0, le=MAX_WAIT)] = 0) -> LockStatus:
+        if locks is None:
+            raise HTTPException(status_code=503, detail="the syncer component is not running")
+        if in_flight.locked():
+            metrics.HOOK_CALLS.labels(hook="lock", status="429").inc()
+            raise HTTPException(status_code=429, detail="too many hook calls in flight; retry",
+                                headers={"Retry-After": "1"})
+        if not scheduler.ready.is_set():
+            raise HTTPException(status_code=503, detail="the scheduler is starting; retry")
+        async with in_flight:
+            state = await locks.request_lock(node, data.job_id, data.strict, wait)
+        if state is None:
+            metrics.HOOK_CALLS.labels(hook="lock", status="404").inc()
+            raise NotFoundException(detail=f"no slurmd Pod has hostname {node}")
+        metrics.HOOK_CALLS.labels(hook="lock", status="200").inc()
+        wanted = LockState.LOCKED_STRICT if data.strict else LockState.LOCKED
+        return LockStatus(node=node, state=state.value,
+                          locked=state is wanted or state is LockState.LOCKED_STRICT)
+
     def refused(_: Request, exc: Exception) -> Response[dict[str, object]]:  # type: ignore[type-arg]
         status = getattr(exc, "status_code", 500)
         detail = getattr(exc, "detail", str(exc))
@@ -104,6 +149,6 @@ def create_hooks_app(scheduler: HookScheduler, *, token: Callable[[], str | None
                         status_code=status, headers=getattr(exc, "headers", None))
 
     return Litestar(
-        [terminating, drain, pod_status], guards=[authorized], logging_config=None,
+        [terminating, drain, pod_status, lock], guards=[authorized], logging_config=None,
         exception_handlers={HTTPException: refused},
         openapi_config=OpenAPIConfig(title="sunk hook API", version="1"))

@@ -17,3 +17,6 @@ KUBE_UP = Gauge("sunk_kube_up", "Whether every watch of the API server is health
 ORPHANS_CANCELLED = Counter("sunk_orphaned_jobs_cancelled_total",
                             "Jobs of ours cancelled because their Pod no longer exists")
 HOOK_CALLS = Counter("sunk_hook_calls_total", "Hook API calls", ["hook", "status"])
+LOCK_TRANSITIONS = Counter("sunk_node_lock_transitions_total", "Node lock state changes",
+                           ["state"])
+EVICTIONS = Counter("sunk_lock_evictions_total", "Evictions made to lock nodes", ["result"])

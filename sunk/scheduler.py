@@ -77,20 +77,27 @@ class Scheduler:
 
     # -- running -------------------------------------------------------------------------------
     async def run(self) -> None:
-        """Adopt existing jobs, start informers, poller and workers; run until cancelled."""
-        await self._adopt_jobs()
-        informers = [*self.pod_informers, self.node_informer, self.slurmd_informer]
+        """Adopt existing jobs, start informers, pollers and workers; run until cancelled.
+        Without the ``scheduler`` component only the shared caches run (for the syncer)."""
+        scheduling = "scheduler" in self.settings.components
+        if scheduling:
+            await self._adopt_jobs()
+        informers = [self.node_informer, self.slurmd_informer]
+        if scheduling:
+            informers += self.pod_informers
         async with asyncio.TaskGroup() as tasks:
             for informer in informers:
                 tasks.create_task(informer.run())
             await asyncio.gather(*(i.synced.wait() for i in informers))
-            tasks.create_task(self._poll_slurm())
             tasks.create_task(self._poll_slurm_nodes())
-            tasks.create_task(self._collect_garbage())
-            for _ in range(self.settings.workers):
-                tasks.create_task(self._work())
+            if scheduling:
+                tasks.create_task(self._poll_slurm())
+                tasks.create_task(self._collect_garbage())
+                for _ in range(self.settings.workers):
+                    tasks.create_task(self._work())
             self.ready.set()
-            log.info("scheduler %s ready: watching %s", self.settings.scheduler_name,
+            log.info("%s ready: components %s, watching %s", self.settings.scheduler_name,
+                     ", ".join(self.settings.components),
                      ", ".join(self.settings.namespaces() or ["all namespaces"]))
 
     async def _adopt_jobs(self) -> None:
@@ -155,7 +162,7 @@ class Scheduler:
                 if (who := self._learn(job)) is not None:
                     self.queue.add(f"{who.namespace}/{who.name}")
 
-    async def _poll_slurm_nodes(self, interval: float = 5.0) -> None:
+    async def _poll_slurm_nodes(self, interval: float = 2.0) -> None:
         """Slurm's nodes, now and then: which exist (for placement) and their state (for the
         dashboard). Cheap: one call for every node."""
         while True:

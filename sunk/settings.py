@@ -63,7 +63,8 @@ class Settings(BaseSettings):
     #: Shared with the Slurm nodes' prolog and placeholder scripts; hook calls without it fail.
     hooks_token: SecretStr | None = None
     hooks_token_file: Path | None = None
-    components: list[str] = Field(default_factory=lambda: ["scheduler"])
+    #: ``scheduler`` (Pods through Slurm) and ``syncer`` (node locks, drains both ways).
+    components: list[str] = Field(default_factory=lambda: ["scheduler", "syncer"])
     log_level: str = "info"
 
     annotation_prefix: str = "sunk.coreweave.com/"

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from testbed import build, cluster
+from testbed import build, cluster, demo
 from testbed.errors import TestbedError
 
 
@@ -25,6 +25,10 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--apiserver-port", type=int, help="default: a free port")
     up.add_argument("--slurmrestd-port", type=int, help="default: a free port")
     up.add_argument("--slurmctld-port", type=int, help="default: a free port")
+    d = sub.add_parser("demo", help="up, then run sunk-scheduler with its dashboard and create "
+                                    "the example Pods (examples/pods.yaml)")
+    d.add_argument("--nodes", type=int, default=4)
+    d.add_argument("--slurm-suite", default=build.DEFAULT_SUITE)
     sub.add_parser("down", help="stop every process and remove every mount")
     sub.add_parser("status", help="what runs where")
     b = sub.add_parser("build", help="only build (or find cached) binaries and the chroot")
@@ -52,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
                        apiserver_port=args.apiserver_port, slurmrestd_port=args.slurmrestd_port,
                        slurmctld_port=args.slurmctld_port)
             print(cluster.status())
+        elif args.command == "demo":
+            demo.run(node_count=args.nodes, suite=args.slurm_suite)
         elif args.command == "down":
             cluster.down()
         elif args.command == "status":

@@ -40,6 +40,8 @@ SCRIPTS_DIR = REPO / "sunk" / "scripts"
 CHROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SLURM_USER = "root"
 MAX_NODES = 500
+#: How long the prolog waits for a node lock here (a SUNK cluster would wait longer).
+LOCK_TIMEOUT = 20
 
 
 def state_dir() -> Path:
@@ -347,6 +349,7 @@ def _mount_chroot(tb: Testbed) -> None:
     (root / "opt/sunk/scripts").mkdir(parents=True, exist_ok=True)
     for args, point in ((["-t", "proc", "proc"], "proc"), (["--bind", "/dev"], "dev"),
                         (["-t", "tmpfs", "-o", "mode=755", "tmpfs"], "run"),
+                        (["-t", "tmpfs", "-o", "mode=1777", "tmpfs"], "tmp"),
                         (["--bind", str(SCRIPTS_DIR)], "opt/sunk/scripts")):
         procs.run(["mount", *args, str(root / point)], what=f"mounting {root / point}")
     procs.run(["mount", "-o", "remount,bind,ro", str(root / "opt/sunk/scripts")],
@@ -403,7 +406,8 @@ def _start_slurm(tb: Testbed) -> None:
     jwt.chmod(0o600)
     # What the prolog and placeholder scripts need to reach the scheduler's hook API.
     env_file = etc / "sunk-hooks.env"
-    env_file.write_text(f"SUNK_HOOK_URL={tb.hook_url}\nSUNK_HOOK_TOKEN={tb.hook_token}\n")
+    env_file.write_text(f"SUNK_HOOK_URL={tb.hook_url}\nSUNK_HOOK_TOKEN={tb.hook_token}\n"
+                        f"SUNK_LOCK_TIMEOUT={LOCK_TIMEOUT}\n")
     env_file.chmod(0o600)
 
     tb.pids["munged"] = procs.start(
@@ -515,6 +519,9 @@ def status() -> str:
     lines.append(f"  {'slurmd':<15} {up_slurmds}/{len(slurmds)} running, ports "
                  f"{base}..{base + tb.node_count - 1}")
     lines.append(row("slurmrestd", tb.slurmrestd_url))
+    if "sunk-scheduler" in tb.pids:
+        lines.append(row("sunk-scheduler", f"dashboard http://127.0.0.1:"
+                                           f"{tb.ports.get('demo_dashboard')}/ (the demo's)"))
     lines += [
         f"  kubeconfig    {tb.kubeconfig}",
         f"  slurm token   {tb.path / 'slurm-token'} (user {SLURM_USER})",

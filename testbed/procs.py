@@ -71,6 +71,8 @@ def start(cmd: list[str], log: Path, *, env: dict[str, str] | None = None) -> in
 
 
 def alive(pid: int) -> bool:
+    if pid <= 0:
+        return False  # never ask about process groups (0) or every process (-1)
     if (child := _children.get(pid)) is not None:
         if child.poll() is None:
             return True

@@ -9,21 +9,19 @@ from __future__ import annotations
 import fcntl
 import os
 import secrets
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import kr8s
 import kr8s.asyncio
 import pytest
 
-from testbed import cluster, procs
-from testbed.topology import SLURM_NAMESPACE
+from testbed import cluster
+from testbed.scheduler import DEMO_PROCESS, stop_demo_scheduler
+from testbed.scheduler import REPO as REPO
+from testbed.scheduler import RunningScheduler as RunningScheduler
+from testbed.scheduler import start_scheduler as start_scheduler
 from tests.e2e.helpers import close_api
 
 
@@ -52,6 +50,9 @@ def testbed() -> Iterator[cluster.Testbed]:
 def _testbed() -> Iterator[cluster.Testbed]:
     existing = cluster.Testbed.load()
     if existing is not None and existing.ready and all(existing.alive().values()):
+        if DEMO_PROCESS in existing.pids:
+            print("stopping the demo's scheduler: the tests run their own", file=sys.stderr)
+            stop_demo_scheduler(existing)
         yield existing
         return
     tb = cluster.up(node_count=int(os.environ.get("SUNK_TESTBED_NODES", "4")))
@@ -108,78 +109,11 @@ async def namespace(kube: kr8s.asyncio.Api) -> AsyncIterator[str]:
 # -- the scheduler under test ------------------------------------------------------------------
 
 SCHEDULER_NAME = "sunk-e2e"
-REPO = Path(__file__).resolve().parents[2]
-
-
-@dataclass
-class RunningScheduler:
-    """A ``sunk-scheduler`` process run against the test bed (as an operator would run it)."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    log: Path
-    ports: dict[str, int]
-
-    def url(self, what: str) -> str:
-        return f"http://127.0.0.1:{self.ports[what]}"
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
-def start_scheduler(testbed: cluster.Testbed, *, name: str = SCHEDULER_NAME,
-                    extra: list[str] | None = None, hooks_port: int | None = None,
-                    log_name: str | None = None) -> RunningScheduler:
-    """Start ``sunk-scheduler`` in cluster scope and wait until /readyz answers 200."""
-    health, metrics, hooks, dashboard = procs.free_ports(4)
-    ports = {"health": health, "metrics": metrics, "hooks": hooks_port or hooks,
-             "dashboard": dashboard}
-    log = testbed.path / "logs" / f"{log_name or name}.log"
-    hook_token = testbed.path / "hook-token"
-    hook_token.write_text(testbed.hook_token)
-    cmd = [
-        sys.executable, "-m", "sunk",
-        f"--scheduler-name={name}", "--scope=cluster", f"--kubeconfig={testbed.kubeconfig}",
-        f"--slurm-api-base={testbed.slurmrestd_url}",
-        f"--slurm-auth-token-file={testbed.path / 'slurm-token'}",
-        f"--slurm-kill-wait={testbed.kill_wait}s",
-        f"--health-probe-bind-address=127.0.0.1:{ports['health']}",
-        f"--metrics-bind-address=127.0.0.1:{ports['metrics']}",
-        f"--hooks-api-bind-address=127.0.0.1:{ports['hooks']}",
-        f"--dashboard-bind-address=127.0.0.1:{ports['dashboard']}",
-        f"--hooks-token-file={hook_token}",
-        f"--slurmd-namespace={SLURM_NAMESPACE}",
-        "--gpu-types=H100_NVLINK_80GB=h100,A100_PCIE_80GB=a100",
-        f"--policies-dir={REPO / 'policies'}", "--slurm-poll-interval=0.5s",
-        *(extra or []),
-    ]
-    with log.open("ab") as out:
-        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
-    running = RunningScheduler(name, process, log, ports)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"sunk-scheduler exited ({process.returncode}); see {log}:\n"
-                               + log.read_text()[-2000:])
-        try:
-            if httpx.get(running.url("health") + "/readyz", timeout=1).status_code == 200:
-                return running
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    running.stop()
-    raise RuntimeError(f"sunk-scheduler not ready within 60 s; see {log}")
 
 
 @pytest.fixture(scope="session")
 def scheduler(testbed: cluster.Testbed) -> Iterator[RunningScheduler]:
     """The scheduler for the whole run, on the hook port the Slurm scripts call."""
-    running = start_scheduler(testbed, hooks_port=testbed.ports["hooks"])
+    running = start_scheduler(testbed, name=SCHEDULER_NAME, hooks_port=testbed.ports["hooks"])
     yield running
     running.stop()

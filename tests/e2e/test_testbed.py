@@ -13,6 +13,7 @@ from kr8s.asyncio.objects import Pod, ServiceAccount
 
 from testbed import cluster, pki
 from testbed.topology import SLURM_NAMESPACE
+from tests.e2e.conftest import RunningScheduler
 from tests.e2e.helpers import close_api, eventually, kube_list
 
 
@@ -72,7 +73,8 @@ async def test_pod_bound_by_hand_runs_under_kwok(
 
 
 async def test_job_submitted_through_slurmrestd_runs_on_a_slurm_node(
-        slurm: httpx.AsyncClient, testbed: cluster.Testbed) -> None:
+        slurm: httpx.AsyncClient, testbed: cluster.Testbed, scheduler: RunningScheduler) -> None:
+    """(Every job's prolog asks the scheduler for a node lock, as in a SUNK cluster.)"""
     job = {"script": "#!/bin/sh\nsleep 300\n", "name": "smoke", "partition": "batch",
            "current_working_directory": "/tmp", "environment": ["PATH=/usr/bin:/bin"],
            "minimum_cpus": 1, "memory_per_node": {"set": True, "number": 100}}

@@ -1,0 +1,240 @@
+"""Node locking: a Slurm job starts only on a Node cleared of Kubernetes work."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import kr8s.asyncio
+
+from testbed import cluster
+from testbed.topology import SLURM_NAMESPACE, TestbedNode
+from tests.e2e.conftest import RunningScheduler
+from tests.e2e.helpers import create, eventually, get_pod, pod_manifest, wait_bound
+
+LOCK = "sunk.coreweave.com/lock"
+
+
+async def slurmd_pod(kube: kr8s.asyncio.Api, node: TestbedNode) -> dict[str, Any]:
+    pod = await get_pod(kube, SLURM_NAMESPACE, node.slurmd_pod)
+    assert pod is not None
+    return pod
+
+
+async def lock_state(kube: kr8s.asyncio.Api, node: TestbedNode) -> str:
+    pod = await slurmd_pod(kube, node)
+    return str(pod["metadata"].get("annotations", {}).get(LOCK, "false"))
+
+
+async def node_taints(kube: kr8s.asyncio.Api, node: TestbedNode) -> list[str]:
+    async with kube.call_api("GET", url=f"nodes/{node.k8s_name}") as r:
+        return [t["key"] for t in r.json()["spec"].get("taints") or []]
+
+
+class LockWatcher:
+    """Records every lock state a node's slurmd Pod goes through, with the time it was seen."""
+
+    def __init__(self, kube: kr8s.asyncio.Api, node: TestbedNode) -> None:
+        self.kube, self.node = kube, node
+        self.seen: list[tuple[float, str]] = []
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            state = await lock_state(self.kube, self.node)
+            if not self.seen or self.seen[-1][1] != state:
+                self.seen.append((time.time(), state))
+            await asyncio.sleep(0.05)
+
+    def states(self) -> list[str]:
+        return [s for _, s in self.seen]
+
+    def first(self, state: str) -> float:
+        return next(t for t, s in self.seen if s == state)
+
+    async def stop(self) -> None:
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+def plain_pod(name: str, namespace: str, node: TestbedNode, **meta: Any) -> dict[str, Any]:
+    """A Pod placed by hand (as the default scheduler would), that Slurm does not know of."""
+    manifest = pod_manifest(name, namespace, "default-scheduler", grace=1,
+                            nodeName=node.k8s_name)
+    manifest["metadata"].update(meta)
+    return manifest
+
+
+def sbatch(testbed: cluster.Testbed, node: TestbedNode, script: str) -> str:
+    return testbed.slurm("sbatch", "--parsable", f"--nodelist={node.slurm_name}",
+                         "--chdir=/tmp", "--output=/dev/null", "--cpus-per-task=1",
+                         f"--wrap={script}").strip()
+
+
+async def job_state(slurm: httpx.AsyncClient, job_id: str) -> str:
+    r = await slurm.get(f"/slurm/v0.0.42/job/{job_id}")
+    return str(r.json()["jobs"][0]["job_state"][0])
+
+
+async def test_a_slurm_job_starts_only_after_the_node_is_cleared_then_it_is_unlocked(
+        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
+    node = testbed.nodes[1]
+    await create(kube, plain_pod("web", namespace, node))
+    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet",
+          "metadata": {"name": "logs", "namespace": namespace},
+          "spec": {"selector": {"matchLabels": {"app": "logs"}}, "template": {
+              "metadata": {"labels": {"app": "logs"}},
+              "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
+    async with kube.call_api("POST", version="apps/v1", namespace=namespace,
+                             url="daemonsets", json=ds) as r:
+        ds_uid = r.json()["metadata"]["uid"]
+    await create(kube, plain_pod("logs-agent", namespace, node, ownerReferences=[{
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "logs", "uid": ds_uid,
+        "controller": True}]))
+    tolerant = plain_pod("tolerant", namespace, node)
+    tolerant["spec"]["tolerations"] = [{"key": LOCK, "operator": "Exists"}]
+    await create(kube, tolerant)
+
+    async def all_running() -> bool:
+        pods = [await get_pod(kube, namespace, n) for n in ("web", "logs-agent", "tolerant")]
+        return all(p and p["status"].get("phase") == "Running" for p in pods)
+
+    await eventually(all_running)
+    watcher = LockWatcher(kube, node)
+    try:
+        marker = f"/tmp/sunk-lock-test-{namespace}"
+        job_id = sbatch(testbed, node, f"date +%s.%N > {marker}; sleep 3")
+
+        async def script_started() -> float | None:
+            try:
+                return float(Path(f"{testbed.chroot}{marker}").read_text())
+            except (OSError, ValueError):
+                return None
+
+        started = await eventually(script_started, within=30)
+        web_gone = await get_pod(kube, namespace, "web") is None
+        assert web_gone, "the ordinary Pod is evicted before the job starts"
+        assert watcher.states()[:3] == ["false", "pending", "locked"], watcher.seen
+        assert watcher.first("locked") <= started + 0.05, "the script started before the lock"
+        assert LOCK in await node_taints(kube, node)
+        for stays in ("logs-agent", "tolerant"):
+            pod = await get_pod(kube, namespace, stays)
+            assert pod is not None and not pod["metadata"].get("deletionTimestamp"), stays
+
+        async def finished() -> bool:
+            return await job_state(slurm, job_id) == "COMPLETED"
+
+        await eventually(finished, within=30)
+
+        async def unlocked() -> bool:
+            return (await lock_state(kube, node) == "false"
+                    and LOCK not in await node_taints(kube, node))
+
+        await eventually(unlocked, within=30)
+        for stays in ("logs-agent", "tolerant"):
+            assert await get_pod(kube, namespace, stays) is not None, stays
+    finally:
+        await watcher.stop()
+
+
+async def test_a_placeholder_job_takes_a_strict_lock(
+        kube: kr8s.asyncio.Api, namespace: str, scheduler: RunningScheduler,
+        testbed: cluster.Testbed) -> None:
+    node = testbed.nodes[2]
+    await create(kube, pod_manifest("served", namespace, scheduler.name, annotations={
+        "sunk.coreweave.com/required-nodes": node.slurm_name}))
+    await wait_bound(kube, namespace, "served")
+    assert await lock_state(kube, node) == "locked_strict"
+    assert LOCK in await node_taints(kube, node)
+
+
+async def test_a_pod_that_may_not_be_evicted_fails_the_prolog_and_drains_the_node(
+        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
+    """No disruption controller runs here, so the API server refuses (429) every eviction of
+    a Pod that a PodDisruptionBudget selects, as a budget allowing no disruption does."""
+    node = testbed.nodes[3]
+    await create(kube, plain_pod("precious", namespace, node, labels={"app": "precious"}))
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+           "metadata": {"name": "precious", "namespace": namespace},
+           "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "precious"}}}}
+    async with kube.call_api("POST", version="policy/v1", namespace=namespace,
+                             url="poddisruptionbudgets", json=pdb):
+        pass
+    job_id = sbatch(testbed, node, "sleep 30")
+    try:
+        async def drained_on_kubernetes_side() -> dict[str, str] | None:
+            annotations: dict[str, str] = (await slurmd_pod(kube, node))["metadata"].get(
+                "annotations", {})
+            return annotations if annotations.get("sunk.coreweave.com/slurm-state") else None
+
+        shown = await eventually(drained_on_kubernetes_side, within=cluster.LOCK_TIMEOUT + 30)
+        assert shown["sunk.coreweave.com/slurm-state"] == "drain"
+        assert "rolog" in shown["sunk.coreweave.com/slurm-reason"]  # Slurm: "Prolog error"
+        assert await get_pod(kube, namespace, "precious") is not None
+        async with kube.call_api("GET", url=f"nodes/{node.k8s_name}") as r:
+            on_node = r.json()["metadata"]["annotations"]
+        assert on_node["sunk.coreweave.com/slurm-state"] == "drain"
+        async with kube.call_api("GET", namespace=namespace, url="events", params={
+                "fieldSelector": "involvedObject.name=precious"}) as r:
+            reasons = {e["reason"] for e in r.json()["items"]}
+        assert "EvictionRefused" in reasons
+    finally:
+        testbed.slurm("scancel", job_id)
+        testbed.slurm("scontrol", "update", f"nodename={node.slurm_name}", "state=resume")
+
+
+async def test_cordon_drains_the_slurm_node_and_uncordon_lifts_only_that_drain(
+        slurm: httpx.AsyncClient, scheduler: RunningScheduler,
+        testbed: cluster.Testbed) -> None:
+    node, admin_node = testbed.nodes[0], testbed.nodes[1]
+
+    async def slurm_node(name: str) -> dict[str, Any]:
+        r = await slurm.get(f"/slurm/v0.0.42/node/{name}")
+        info: dict[str, Any] = r.json()["nodes"][0]
+        return info
+
+    testbed.slurm("scontrol", "update", f"nodename={admin_node.slurm_name}", "state=drain",
+                  "reason=admin: disk check")
+    try:
+        testbed.kubectl("cordon", node.k8s_name)
+
+        async def drained() -> dict[str, Any] | None:
+            info = await slurm_node(node.slurm_name)
+            return info if "DRAIN" in info["state"] else None
+
+        info = await eventually(drained, within=15)
+        assert info["reason"].startswith("k8s:")
+        testbed.kubectl("uncordon", node.k8s_name)
+
+        async def resumed() -> bool:
+            return "DRAIN" not in (await slurm_node(node.slurm_name))["state"]
+
+        await eventually(resumed, within=15)
+        await asyncio.sleep(3)
+        admin = await slurm_node(admin_node.slurm_name)
+        assert "DRAIN" in admin["state"] and admin["reason"] == "admin: disk check"
+    finally:
+        testbed.kubectl("uncordon", node.k8s_name)
+        testbed.slurm("scontrol", "update", f"nodename={admin_node.slurm_name}",
+                      "state=resume")
+
+
+async def test_the_prolog_is_refused_without_the_token(
+        scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
+    Path(f"{testbed.chroot}/tmp/wrong-hooks.env").write_text(
+        f"SUNK_HOOK_URL={testbed.hook_url}\nSUNK_HOOK_TOKEN=wrong\nSUNK_LOCK_TIMEOUT=10\n")
+    cmd = testbed.chroot_cmd("SLURM_JOB_ID=4242", f"SLURMD_NODENAME={testbed.nodes[0].slurm_name}",
+                             "SUNK_HOOKS_ENV=/tmp/wrong-hooks.env", "/opt/sunk/scripts/prolog.sh")
+    proc = await asyncio.create_subprocess_exec(*cmd, stderr=asyncio.subprocess.PIPE)
+    _, err = await asyncio.wait_for(proc.communicate(), 20)
+    assert proc.returncode == 1
+    assert b"refused our token" in err and b"401" in err
+    async with httpx.AsyncClient() as client:
+        r = await client.post(f"{testbed.hook_url}/hooks/v1/nodes/h100-000/lock",
+                              json={"job_id": 1})
+    assert r.status_code == 401
