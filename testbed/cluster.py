@@ -52,6 +52,8 @@ def state_dir() -> Path:
 class Testbed:
     """What is running, and how to reach it. Tests and the demo read this."""
 
+    __test__ = False  # not a pytest test class, despite its name
+
     dir: str
     suite: str
     chroot: str

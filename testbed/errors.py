@@ -3,3 +3,5 @@
 
 class TestbedError(Exception):
     """A problem with a clear, one-line explanation (no traceback is shown for it)."""
+
+    __test__ = False  # not a pytest test class, despite its name

@@ -121,13 +121,3 @@ def start_demo_scheduler(testbed: cluster.Testbed) -> int:
     testbed.save()
     wait_ready(f"http://127.0.0.1:{health}", pid_alive=lambda: procs.alive(pid), log=log)
     return pid
-
-
-def stop_demo_scheduler(testbed: cluster.Testbed) -> None:
-    """Tests run their own scheduler on the hook port: stop the demo's, if it runs."""
-    pid = testbed.pids.pop(DEMO_PROCESS, None)
-    if pid is not None:
-        procs.stop([pid])
-        testbed.save()
-
-

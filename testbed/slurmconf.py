@@ -48,6 +48,8 @@ def slurm_conf(*, host: str, nodes: list[TestbedNode], ports: SlurmPorts,
         "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_CPU_Memory",
+        # Without it a job that names no memory takes all of the node's.
+        "DefMemPerCPU=1024",
         "AccountingStorageType=accounting_storage/none",
         "JobCompType=jobcomp/none",
         "MpiDefault=none",

@@ -17,6 +17,8 @@ NODESET = "compute"
 class TestbedNode:
     """One machine: a Kubernetes Node (kwok) hosting one Slurm node (slurmd) of the same index."""
 
+    __test__ = False  # not a pytest test class, despite its name
+
     index: int
     gpu_model: str
     gres_type: str

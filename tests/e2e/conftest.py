@@ -18,7 +18,7 @@ import kr8s.asyncio
 import pytest
 
 from testbed import cluster
-from testbed.scheduler import DEMO_PROCESS, stop_demo_scheduler
+from testbed.scheduler import DEMO_PROCESS
 from testbed.scheduler import REPO as REPO
 from testbed.scheduler import RunningScheduler as RunningScheduler
 from testbed.scheduler import start_scheduler as start_scheduler
@@ -49,10 +49,12 @@ def testbed() -> Iterator[cluster.Testbed]:
 
 def _testbed() -> Iterator[cluster.Testbed]:
     existing = cluster.Testbed.load()
+    if existing is not None and DEMO_PROCESS in existing.pids:
+        print("a demo is running; the tests need the test bed to themselves: restarting it",
+              file=sys.stderr)
+        cluster.down()
+        existing = None
     if existing is not None and existing.ready and all(existing.alive().values()):
-        if DEMO_PROCESS in existing.pids:
-            print("stopping the demo's scheduler: the tests run their own", file=sys.stderr)
-            stop_demo_scheduler(existing)
         yield existing
         return
     tb = cluster.up(node_count=int(os.environ.get("SUNK_TESTBED_NODES", "4")))

@@ -116,8 +116,9 @@ async def test_a_slurm_job_starts_only_after_the_node_is_cleared_then_it_is_unlo
                 return None
 
         started = await eventually(script_started, within=30)
-        web_gone = await get_pod(kube, namespace, "web") is None
-        assert web_gone, "the ordinary Pod is evicted before the job starts"
+        web = await get_pod(kube, namespace, "web")
+        # A normal lock answers once the eviction is accepted (docs: normal vs strict locks).
+        assert web is None or web["metadata"].get("deletionTimestamp"), "not evicted"
         assert watcher.states()[:3] == ["false", "pending", "locked"], watcher.seen
         assert watcher.first("locked") <= started + 0.05, "the script started before the lock"
         assert LOCK in await node_taints(kube, node)
