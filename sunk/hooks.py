@@ -18,7 +18,7 @@ from litestar.connection import ASGIConnection
 from litestar.exceptions import HTTPException, NotAuthorizedException, NotFoundException
 from litestar.handlers import BaseRouteHandler
 from litestar.openapi import OpenAPIConfig
-from litestar.params import Parameter
+from litestar.params import JSONBody, Parameter
 from pydantic import BaseModel, Field
 
 from sunk import metrics
@@ -37,6 +37,8 @@ class HookScheduler(Protocol):
     async def wait_pod_gone(self, job_id: int, within: float) -> tuple[str, bool] | None: ...
 
     async def drain_for_job(self, job_id: int, node: str) -> tuple[str, bool] | None: ...
+
+    async def job_started(self, job_id: int) -> tuple[str, bool] | None: ...
 
 
 class HookLocks(Protocol):
@@ -104,13 +106,21 @@ def create_hooks_app(scheduler: HookScheduler, *, token: Callable[[], str | None
     @post("/hooks/v1/jobs/{job_id:int}/terminating", status_code=200,
           summary="A placeholder job is ending: delete its Pod")
     async def terminating(job_id: Annotated[int, Parameter(ge=1)],
-                          data: JobNodeRequest) -> PodStatus:
+                          data: JSONBody[JobNodeRequest]) -> PodStatus:
         return await guarded("terminating",
                              lambda: scheduler.job_terminating(job_id, data.node))
 
+    @post("/hooks/v1/jobs/{job_id:int}/started", status_code=200,
+          summary="A placeholder job's script started: bind its Pod now (no need to wait for "
+                  "the next poll of Slurm)")
+    async def started(job_id: Annotated[int, Parameter(ge=1)],
+                      data: JSONBody[JobNodeRequest]) -> PodStatus:
+        return await guarded("started", lambda: scheduler.job_started(job_id))
+
     @post("/hooks/v1/jobs/{job_id:int}/drain", status_code=200,
           summary="KillWait is near and the Pod is still there: drain the job's Slurm node")
-    async def drain(job_id: Annotated[int, Parameter(ge=1)], data: JobNodeRequest) -> PodStatus:
+    async def drain(job_id: Annotated[int, Parameter(ge=1)],
+                    data: JSONBody[JobNodeRequest]) -> PodStatus:
         return await guarded("drain", lambda: scheduler.drain_for_job(job_id, data.node))
 
     @get("/hooks/v1/jobs/{job_id:int}/pod", summary="Whether a job's Pod is gone (long poll)")
@@ -121,7 +131,7 @@ def create_hooks_app(scheduler: HookScheduler, *, token: Callable[[], str | None
     @post("/hooks/v1/nodes/{node:str}/lock", status_code=200,
           summary="The prolog: lock the node for a job and wait (long poll) until it is locked")
     async def lock(node: Annotated[str, Parameter(pattern=r"^[A-Za-z0-9._-]{1,256}$")],
-                   data: LockRequestBody,
+                   data: JSONBody[LockRequestBody],
                    wait: Annotated[float, Parameter(ge=0, le=MAX_WAIT)] = 0) -> LockStatus:
         if locks is None:
             raise HTTPException(status_code=503, detail="the syncer component is not running")
@@ -149,6 +159,6 @@ def create_hooks_app(scheduler: HookScheduler, *, token: Callable[[], str | None
                         status_code=status, headers=getattr(exc, "headers", None))
 
     return Litestar(
-        [terminating, drain, pod_status, lock], guards=[authorized], logging_config=None,
+        [terminating, started, drain, pod_status, lock], guards=[authorized], logging_config=None,
         exception_handlers={HTTPException: refused},
         openapi_config=OpenAPIConfig(title="sunk hook API", version="1"))

@@ -74,6 +74,7 @@ class Scheduler:
         self.ready = asyncio.Event()
         #: Pod uid -> set when that Pod object is gone (placeholder jobs wait on it).
         self._gone: dict[str, asyncio.Event] = {}
+        self._background: set[asyncio.Task[None]] = set()
 
     # -- running -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -253,6 +254,16 @@ class Scheduler:
             metrics.PODS_DELETED.inc()
         return who.key, False
 
+    async def job_started(self, job_id: int) -> tuple[str, bool] | None:
+        """The placeholder script says its job started (after writing ": started" into the
+        job's extra, which stays the source of truth): read that one job now and wake its Pod,
+        instead of waiting for the next poll."""
+        job = await self.slurm.job(job_id)
+        if job is None or (who := self._learn(job)) is None:
+            return None
+        self.queue.add(who.key)
+        return who.key, self._pod(who.key) is None
+
     async def drain_for_job(self, job_id: int, node: str) -> tuple[str, bool] | None:
         """The job reached KillWait with its Pod still there: drain its Slurm node, naming the
         Pod, so nothing else lands there until someone looks."""
@@ -361,20 +372,28 @@ class Scheduler:
     # -- steps -----------------------------------------------------------------------------------
     async def _event(self, pod: kube.Obj, record: PodRecord | None, reason: str, message: str,
                      warning: bool = False) -> None:
+        """Record an Event on the Pod, off the hot path: binding never waits for it."""
         if record is not None:
             record.last_event = f"{reason}: {message}"
             record.note(reason, message)
-        await kube.event(self.api, pod, reason=reason, message=message,
-                         type_="Warning" if warning else "Normal",
-                         component=self.settings.scheduler_name)
+        task = asyncio.create_task(kube.event(
+            self.api, pod, reason=reason, message=message,
+            type_="Warning" if warning else "Normal", component=self.settings.scheduler_name))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
-    def snapshot(self) -> placement.Snapshot:
-        slurm_to_k8s = {}
+    def slurm_to_k8s(self) -> dict[str, str]:
+        """Slurm node name -> Kubernetes Node name, from the live slurmd Pods."""
+        mapping = {}
         for p in self.slurmd_informer.cache.values():
             spec = p.get("spec") or {}
             if spec.get("hostname") and spec.get("nodeName") and not (
                     p["metadata"].get("deletionTimestamp")):
-                slurm_to_k8s[spec["hostname"]] = spec["nodeName"]
+                mapping[spec["hostname"]] = spec["nodeName"]
+        return mapping
+
+    def snapshot(self) -> placement.Snapshot:
+        slurm_to_k8s = self.slurm_to_k8s()
         nodes = {
             name: placement.NodeInfo(
                 name=name, labels=n["metadata"].get("labels") or {},
@@ -431,7 +450,7 @@ class Scheduler:
         metrics.JOBS_SUBMITTED.inc()
         log.info("pod %s: submitted job %d", kube.key(pod), job_id)
         await self._annotate(pod, {self.job_id_key: str(job_id)})
-        await self._event(pod, record, "JobSubmitted", f"Slurm job {job_id} submitted")
+        record.note("JobSubmitted", f"Slurm job {job_id}")
 
     async def _annotate(self, pod: kube.Obj, annotations: dict[str, str | None]) -> None:
         meta = pod["metadata"]

@@ -63,6 +63,7 @@ class Syncer:
         self.queue = WorkQueue()
         self._changed: dict[str, asyncio.Event] = {}
         self._evict_refused: set[tuple[str, str]] = set()
+        self._background: set[asyncio.Task[None]] = set()
         self.slurm_state_key = self.settings.annotation("slurm-state")
         self.slurm_reason_key = self.settings.annotation("slurm-reason")
         self.job_id_key = self.settings.annotation("job-id")
@@ -79,12 +80,28 @@ class Syncer:
             tasks.create_task(self._sweep())
 
     async def _sweep(self, interval: float = 2.0) -> None:
-        """Every few seconds, every mapped node: locks follow Slurm's node state (jobs start
-        and end), and drains and cordons are kept in step."""
+        """Every few seconds, every node that may need something: locks follow Slurm's node
+        state (jobs start and end), and drains and cordons are kept in step."""
         while True:
-            for slurm_node in self.sched.snapshot().slurm_to_k8s:
-                self.queue.add(slurm_node)
+            for slurm_node, k8s_node in self.sched.slurm_to_k8s().items():
+                if self._needs_look(slurm_node, k8s_node):
+                    self.queue.add(slurm_node)
             await asyncio.sleep(interval)
+
+    def _needs_look(self, slurm_node: str, k8s_node: str) -> bool:
+        """Cheap test on the caches, so a sweep of many idle nodes costs nothing."""
+        info = self.sched.state.slurm_nodes.get(slurm_node, {})
+        node = self.sched.node_informer.cache.get(k8s_node) or {}
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        states = set(info.get("state") or [])
+        return (slurm_node in self.requests
+                or locking.slurm_node_busy(info)
+                or self._lock_state(slurm_node) is not LockState.FALSE
+                or bool((node.get("spec") or {}).get("unschedulable"))
+                or bool(states & {"DRAIN", "DOWN"})
+                or self.slurm_state_key in annotations
+                or any(t.get("key") == LOCK_KEY for t in (node.get("spec") or {}).get("taints")
+                       or []))
 
     async def _work(self) -> None:
         while True:
@@ -102,7 +119,7 @@ class Syncer:
         node_name = (pod.get("spec") or {}).get("nodeName")
         if not node_name:
             return
-        for slurm_node, k8s in self.sched.snapshot().slurm_to_k8s.items():
+        for slurm_node, k8s in self.sched.slurm_to_k8s().items():
             if k8s == node_name and slurm_node in self.requests:
                 self.queue.add(slurm_node)
 
@@ -111,7 +128,7 @@ class Syncer:
                            within: float) -> LockState | None:
         """Lock ``node`` for ``job_id`` and wait up to ``within`` seconds for it to be locked.
         None: the node is not one we know (no slurmd Pod has it as hostname)."""
-        if node not in self.sched.snapshot().slurm_to_k8s:
+        if node not in self.sched.slurm_to_k8s():
             return None
         request = self.requests.get(node)
         if request is None or request.job_id != job_id or request.strict != strict:
@@ -153,7 +170,7 @@ class Syncer:
                 if (p.get("spec") or {}).get("nodeName") == k8s_node]
 
     async def reconcile(self, slurm_node: str) -> None:
-        k8s_node = self.sched.snapshot().slurm_to_k8s.get(slurm_node)
+        k8s_node = self.sched.slurm_to_k8s().get(slurm_node)
         slurmd = self._slurmd_pod(slurm_node)
         node = self.sched.node_informer.cache.get(k8s_node or "")
         if k8s_node is None or slurmd is None or node is None:
@@ -190,14 +207,22 @@ class Syncer:
             detail = f"waiting for {', '.join(step.waiting_for)}" if step.waiting_for else ""
             log.info("node %s (%s): lock %s -> %s %s", k8s_node, slurm_node, current.value,
                      step.state.value, detail)
-            await kube.event(self.api, node, kind="Node", reason="NodeLock",
-                             message=f"lock {current.value} -> {step.state.value} for Slurm "
-                                     f"node {slurm_node} {detail}".strip(),
-                             component=self.settings.scheduler_name)
+            self._event(node, kind="Node", reason="NodeLock",
+                        message=f"lock {current.value} -> {step.state.value} for Slurm node "
+                                f"{slurm_node} {detail}".strip())
             if not step.state.locked:
                 self._evict_refused = {x for x in self._evict_refused if x[1] != slurm_node}
             if (changed := self._changed.get(slurm_node)) is not None:
                 changed.set()
+
+    def _event(self, obj: kube.Obj, *, kind: str, reason: str, message: str,
+               warning: bool = False) -> None:
+        """An Event, off the lock's critical path."""
+        task = asyncio.create_task(kube.event(
+            self.api, obj, kind=kind, reason=reason, message=message,
+            type_="Warning" if warning else "Normal", component=self.settings.scheduler_name))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _set_taint(self, node: kube.Obj, present: bool) -> None:
         taints = list((node.get("spec") or {}).get("taints") or [])
@@ -235,10 +260,9 @@ class Syncer:
                 log.warning("cannot evict pod %s to lock Slurm node %s: %s", key, slurm_node,
                             why)
                 if pod is not None:
-                    await kube.event(self.api, pod, reason="EvictionRefused",
-                                     message=f"evicting it to lock Slurm node {slurm_node} "
-                                             f"failed: {why}; retrying", type_="Warning",
-                                     component=self.settings.scheduler_name)
+                    self._event(pod, kind="Pod", reason="EvictionRefused", warning=True,
+                                message=f"evicting it to lock Slurm node {slurm_node} failed: "
+                                        f"{why}; retrying")
 
     async def _sync_drain(self, slurm_node: str, node: kube.Obj, slurmd: kube.Obj,
                           slurm_info: dict[str, Any]) -> None:
@@ -273,9 +297,7 @@ class Syncer:
                 if v is None:
                     meta["annotations"].pop(k, None)
             if kind == "nodes":
-                await kube.event(self.api, node, kind="Node",
-                                 reason=f"SlurmNode{shown.capitalize() or 'Ready'}",
-                                 message=f"Slurm node {slurm_node}: {shown or 'no longer drained'}"
-                                         + (f" ({reason})" if shown and reason else ""),
-                                 type_="Warning" if shown else "Normal",
-                                 component=self.settings.scheduler_name)
+                self._event(node, kind="Node", reason=f"SlurmNode{shown.capitalize() or 'Ready'}",
+                            message=f"Slurm node {slurm_node}: {shown or 'no longer drained'}"
+                                    + (f" ({reason})" if shown and reason else ""),
+                            warning=bool(shown))

@@ -3,8 +3,9 @@
 # installed on every Slurm node (by the Helm chart; by the test bed through a bind mount).
 #
 # 1. Tell the scheduler the job really runs: the prolog is done and this script started. It
-#    appends ": started" to the job's extra, which the scheduler polls. The batch script does
-#    not see SLURM_JOB_EXTRA, so sunk passes the original value as SUNK_JOB_EXTRA.
+#    appends ": started" to the job's extra, which the scheduler polls (the batch script does
+#    not see SLURM_JOB_EXTRA, so sunk passes the original value as SUNK_JOB_EXTRA), then calls
+#    the hook API so the Pod is bound without waiting for the next poll.
 # 2. Hold the allocation while the Pod runs.
 # 3. When Slurm ends the job (scancel, preemption, time limit), SIGTERM arrives: ask the
 #    scheduler to delete the Pod and block until the Pod object is gone, so Slurm cannot give
@@ -67,6 +68,8 @@ scontrol update jobid="$JOB" extra="${SUNK_JOB_EXTRA:?not set by sunk}: started"
     log "could not mark the job started"
     exit 1
 }
+# The scheduler polls Slurm and would see it anyway; telling it binds the Pod sooner.
+hook POST "/hooks/v1/jobs/$JOB/started" "{\"node\":\"$NODE\"}" 5 >/dev/null
 trap on_term TERM INT
 sleep infinity &
 wait

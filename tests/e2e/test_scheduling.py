@@ -66,8 +66,14 @@ async def test_cpu_and_gpu_pods_get_matching_jobs_and_run_where_slurm_put_them(
     assert gpu_job["cpus"]["number"] == 4
     assert gpu_job["memory_per_node"]["number"] == 8 * 1024
     assert gpu_job["tres_per_node"] == "gres/gpu:2"
-    events = {e["reason"] for e in await events_for(kube, namespace, "gpu")}
-    assert {"JobSubmitted", "Scheduled"} <= events
+    pod = await wait_bound(kube, namespace, "gpu")
+
+    async def scheduled_event() -> list[str]:
+        return [e["message"] for e in await events_for(kube, namespace, "gpu")
+                if e["reason"] == "Scheduled"]
+
+    [message] = await eventually(scheduled_event)
+    assert f"job {pod['metadata']['annotations'][JOB_ID]}" in message
 
 
 # annotation (without prefix), value, job field, expected value read back from slurmrestd

@@ -1,0 +1,40 @@
+"""The per-Pod state machine, on plain data."""
+
+from __future__ import annotations
+
+import pytest
+
+from sunk.decide import JobView, PodView, Step, decide
+
+RUNNING_STARTED = JobView(state="RUNNING", started=True, node="h100-000")
+
+
+@pytest.mark.parametrize(("pod", "job", "step"), [
+    # first pass: no job yet
+    (PodView(), None, Step.SUBMIT),
+    (PodView(rejected=True), None, Step.NOTHING),
+    # waiting for Slurm
+    (PodView(job_id=7), JobView(state="PENDING"), Step.WAIT),
+    (PodView(job_id=7), JobView(state="RUNNING", started=False, node="h100-000"), Step.WAIT),
+    # second pass: the script started
+    (PodView(job_id=7), RUNNING_STARTED, Step.BIND),
+    (PodView(job_id=7, bound=True, phase="Running"), RUNNING_STARTED, Step.NOTHING),
+    # Kubernetes side ends it
+    (PodView(job_id=7, deleting=True), RUNNING_STARTED, Step.CANCEL_JOB),
+    (PodView(job_id=7, deleting=True), JobView(state="PENDING"), Step.CANCEL_JOB),
+    (PodView(job_id=7, bound=True, phase="Succeeded"), RUNNING_STARTED, Step.CANCEL_JOB),
+    (PodView(job_id=7, bound=True, phase="Failed"), RUNNING_STARTED, Step.CANCEL_JOB),
+    (None, RUNNING_STARTED, Step.CANCEL_JOB),
+    (None, JobView(state="CANCELLED"), Step.NOTHING),
+    (PodView(job_id=7, deleting=True), JobView(state="COMPLETED"), Step.NOTHING),
+    # Slurm side ends it
+    (PodView(job_id=7, bound=True, phase="Running"), JobView(state="CANCELLED"),
+     Step.DELETE_POD),
+    (PodView(job_id=7, bound=True, phase="Running"), JobView(state="PREEMPTED"),
+     Step.DELETE_POD),
+    (PodView(job_id=7, bound=True, phase="Running"), JobView(state="TIMEOUT"), Step.DELETE_POD),
+    (PodView(job_id=7), JobView(state="CANCELLED"), Step.DELETE_POD),
+    (PodView(job_id=7, bound=True, phase="Running"), None, Step.DELETE_POD),
+])
+def test_decide(pod: PodView | None, job: JobView | None, step: Step) -> None:
+    assert decide(pod, job) is step
