@@ -8,6 +8,7 @@ starts, so ``down`` can clean up even after a half-finished ``up``.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -16,6 +17,7 @@ import socket
 import ssl
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,19 @@ SLURM_USER = "root"
 MAX_NODES = 500
 #: How long the prolog waits for a node lock here (a SUNK cluster would wait longer).
 LOCK_TIMEOUT = 20
+
+
+@contextlib.contextmanager
+def exclusive() -> Iterator[None]:
+    """Hold the test bed alone (tests, benchmarks): a second holder waits. Two schedulers on
+    one test bed would answer the same Slurm scripts and fight over the same Pods."""
+    with open("/tmp/sunk-testbed.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say("another run holds the test bed; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def state_dir() -> Path:

@@ -6,7 +6,6 @@ A test bed that this run started is stopped at the end of the run; one that was 
 
 from __future__ import annotations
 
-import fcntl
 import os
 import secrets
 import sys
@@ -35,16 +34,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def testbed() -> Iterator[cluster.Testbed]:
     """The test bed, for this run alone: a second run waits (its scheduler would otherwise
     answer the same Slurm scripts and fight over the same Pods)."""
-    lock = open("/tmp/sunk-testbed.e2e.lock", "w")  # noqa: SIM115 - held for the whole run
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        print("another end-to-end run holds the test bed; waiting", file=sys.stderr)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
+    with cluster.exclusive():
         yield from _testbed()
-    finally:
-        lock.close()
 
 
 def _testbed() -> Iterator[cluster.Testbed]:
