@@ -88,10 +88,11 @@ async def baseline(tb: cluster.Testbed, slurm: httpx.AsyncClient, count: int) ->
     submitted: dict[int, float] = {}
     started: dict[int, float] = {}
     t0 = time.monotonic()
+    run_id = int(time.time())  # jobs of an earlier run may still be listed
 
     def submit(i: int) -> Any:
         async def call() -> None:
-            extra = f"bench-baseline-{i}"
+            extra = f"bench-baseline-{run_id}-{i}"
             job = {"name": f"bench-{i}", "extra": extra, "current_working_directory": "/tmp",
                    "script": "#!/bin/sh\nexec /opt/sunk/scripts/placeholder.sh\n",
                    "cpus_per_task": 1, "tasks": 1, "memory_per_node": {"set": True,
@@ -105,7 +106,8 @@ async def baseline(tb: cluster.Testbed, slurm: httpx.AsyncClient, count: int) ->
 
         return call
 
-    poller = asyncio.create_task(_watch_started(slurm, started, count))
+    poller = asyncio.create_task(_watch_started(slurm, started, count,
+                                                f"bench-baseline-{run_id}-"))
     await _bounded([submit(i) for i in range(count)])
     await _within(poller, started, count, "placeholder jobs started")
     latencies = [started[j] - submitted[j] for j in submitted]
@@ -113,7 +115,7 @@ async def baseline(tb: cluster.Testbed, slurm: httpx.AsyncClient, count: int) ->
 
 
 async def _watch_started(slurm: httpx.AsyncClient, started: dict[int, float],
-                         count: int) -> None:
+                         count: int, prefix: str) -> None:
     since = 0
     while len(started) < count:
         params = {"update_time": str(max(0, since - 1))} if since else {}
@@ -121,7 +123,7 @@ async def _watch_started(slurm: httpx.AsyncClient, started: dict[int, float],
         body = r.json()
         now = time.monotonic()
         for job in body["jobs"]:
-            if job["extra"].startswith("bench-baseline-") and job["extra"].endswith(": started"):
+            if job["extra"].startswith(prefix) and job["extra"].endswith(": started"):
                 started.setdefault(int(job["job_id"]), now)
         since = int(body["last_update"]["number"] or since)
         await asyncio.sleep(0.2)

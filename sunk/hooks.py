@@ -38,7 +38,7 @@ class HookScheduler(Protocol):
 
     async def drain_for_job(self, job_id: int, node: str) -> tuple[str, bool] | None: ...
 
-    async def job_started(self, job_id: int) -> tuple[str, bool] | None: ...
+    async def job_started(self, job_id: int, node: str) -> tuple[str, bool] | None: ...
 
 
 class HookLocks(Protocol):
@@ -115,7 +115,7 @@ def create_hooks_app(scheduler: HookScheduler, *, token: Callable[[], str | None
                   "the next poll of Slurm)")
     async def started(job_id: Annotated[int, Parameter(ge=1)],
                       data: JSONBody[JobNodeRequest]) -> PodStatus:
-        return await guarded("started", lambda: scheduler.job_started(job_id))
+        return await guarded("started", lambda: scheduler.job_started(job_id, data.node))
 
     @post("/hooks/v1/jobs/{job_id:int}/drain", status_code=200,
           summary="KillWait is near and the Pod is still there: drain the job's Slurm node")

@@ -254,13 +254,18 @@ class Scheduler:
             metrics.PODS_DELETED.inc()
         return who.key, False
 
-    async def job_started(self, job_id: int) -> tuple[str, bool] | None:
-        """The placeholder script says its job started (after writing ": started" into the
-        job's extra, which stays the source of truth): read that one job now and wake its Pod,
-        instead of waiting for the next poll."""
-        job = await self.slurm.job(job_id)
-        if job is None or (who := self._learn(job)) is None:
+    async def job_started(self, job_id: int, node: str) -> tuple[str, bool] | None:
+        """The placeholder script says its job started on ``node``, right after writing
+        ": started" into the job's extra (which stays the source of truth, and the next poll
+        confirms). The caller holds the hook token, so the word of a job we submitted is taken:
+        its Pod is bound now, without a call to Slurm or a wait for the next poll."""
+        job = self.jobs.get(job_id)
+        who = translate.parse_extra(job.extra)[0] if job else None
+        if job is None or who is None or job.finished:
             return None
+        if not job.extra.endswith(translate.STARTED):
+            job.extra += translate.STARTED
+        job.state, job.nodes = "RUNNING", node
         self.queue.add(who.key)
         return who.key, self._pod(who.key) is None
 

@@ -37,7 +37,7 @@ class Scheduler:
     async def drain_for_job(self, job_id: int, node: str) -> tuple[str, bool] | None:
         return None
 
-    async def job_started(self, job_id: int) -> tuple[str, bool] | None:
+    async def job_started(self, job_id: int, node: str) -> tuple[str, bool] | None:
         return ("ns/p", False) if job_id == 7 else None
 
 
