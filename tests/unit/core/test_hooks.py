@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 from litestar.testing import AsyncTestClient
 
 from sunk.hooks import create_hooks_app
 from sunk.locking import LockState
+from sunk.servers import serve
+from testbed.procs import free_ports
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -85,13 +88,26 @@ async def test_bad_input_and_unknown_objects_are_4xx_with_a_message() -> None:
 
 
 async def test_calls_beyond_the_bound_are_told_to_retry() -> None:
+    """Served for real (the test client handles one request at a time), on loopback."""
     scheduler = Scheduler()
     app = create_hooks_app(scheduler, token=lambda: TOKEN, max_in_flight=2)
-    async with AsyncTestClient(app) as client:
-        waiting = [asyncio.create_task(client.get("/hooks/v1/jobs/7/pod?wait=5", headers=AUTH))
-                   for _ in range(2)]
-        await asyncio.sleep(0.2)
-        extra = await client.get("/hooks/v1/jobs/7/pod?wait=5", headers=AUTH)
-        assert extra.status_code == 429 and extra.headers["retry-after"] == "1"
-        scheduler.release.set()
-        assert [(await w).json()["gone"] for w in waiting] == [True, True]
+    [port] = free_ports(1)
+    server = asyncio.create_task(serve(app, f"127.0.0.1:{port}"))
+    url = f"http://127.0.0.1:{port}/hooks/v1/jobs/7/pod?wait=5"
+    try:
+        async with httpx.AsyncClient(timeout=10) as client:
+            for _ in range(50):
+                try:
+                    await client.get(url.replace("7/pod?wait=5", "8/pod"), headers=AUTH)
+                    break
+                except httpx.ConnectError:
+                    await asyncio.sleep(0.1)
+            waiting = [asyncio.create_task(client.get(url, headers=AUTH)) for _ in range(2)]
+            await asyncio.sleep(0.3)
+            extra = await client.get(url, headers=AUTH)
+            assert extra.status_code == 429 and extra.headers["retry-after"] == "1"
+            scheduler.release.set()
+            assert [(await w).json()["gone"] for w in waiting] == [True, True]
+    finally:
+        server.cancel()
+        await asyncio.gather(server, return_exceptions=True)
