@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint up down status clean
+.PHONY: demo test lint up down status clean chart-sync
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -39,3 +39,7 @@ status: $(STAMP)
 
 clean: down
 	rm -rf $(VENV)
+
+## Copy policies/ and sunk/scripts/ into the chart (a unit test fails when they differ).
+chart-sync:
+	bash charts/sync-files.sh

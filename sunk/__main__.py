@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
+import uvloop
 from pydantic import ValidationError
 
-from sunk import kube
+from sunk import kube, leader, policywatch
 from sunk.hooks import create_hooks_app
 from sunk.policy import PolicyLoadError, PolicyStore
 from sunk.scheduler import Scheduler
@@ -19,6 +23,9 @@ from sunk.settings import Settings, from_args
 from sunk.slurm import SlurmClient
 from sunk.syncer import Syncer
 from sunk.web import auth_from_env, create_app
+
+if TYPE_CHECKING:
+    import kr8s.asyncio
 
 log = logging.getLogger("sunk")
 
@@ -31,41 +38,91 @@ def _setup_logging(level: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _election(settings: Settings, api: kr8s.asyncio.Api,
+              ) -> tuple[leader.LeaderElector, leader.PodLabel] | None:
+    """The leader elector and the leader label on our own Pod, with --leader-elect."""
+    if not settings.leader_elect:
+        return None
+    namespace = settings.leader_elect_resource_namespace or settings.own_namespace()
+    name = settings.leader_elect_resource_name or settings.scheduler_name
+    timing = leader.Timing(settings.leader_elect_lease_duration,
+                           settings.leader_elect_renew_deadline,
+                           settings.leader_elect_retry_period)
+    elector = leader.LeaderElector(leader.KubeLeases(api, namespace=namespace, name=name),
+                                   identity=leader.default_identity(), timing=timing,
+                                   describe=f"lease {namespace}/{name}")
+    label = leader.PodLabel(api, namespace=settings.own_namespace(),
+                            pod=os.environ.get("POD_NAME"), key=settings.annotation("leader"))
+    return elector, label
+
+
 async def run(settings: Settings) -> None:
-    policies = PolicyStore.from_directory(
-        settings.policies_dir,
-        settings={"killWaitSeconds": int(settings.slurm_kill_wait),
-                  "annotationPrefix": settings.annotation_prefix})
+    policy_settings = {"killWaitSeconds": int(settings.slurm_kill_wait),
+                       "annotationPrefix": settings.annotation_prefix}
+    if settings.policies_configmap is None:
+        policies = PolicyStore.from_directory(settings.policies_dir, settings=policy_settings)
     api = await kube.connect(settings.kubeconfig)
     slurm = SlurmClient(settings.slurm_api_base, token=settings.slurm_token,
                         user=settings.slurm_user, version=settings.slurm_api_version)
-    scheduler = Scheduler(settings, api, slurm, policies)
-    syncer = Syncer(scheduler) if "syncer" in settings.components else None
-
-    def ready() -> tuple[bool, str]:
-        if not scheduler.ready.is_set():
-            return False, "starting: caches not synced yet"
-        if not scheduler.state.slurm_healthy:
-            return False, f"slurmrestd: {scheduler.state.slurm_error}"
-        return True, "ok"
-
+    election = _election(settings, api)
+    scheduler: Scheduler | None = None
     try:
+        if settings.policies_configmap is not None:
+            namespace, name = policywatch.configmap_ref(settings.policies_configmap,
+                                                        settings.own_namespace())
+            policies = await policywatch.load(api, namespace, name, policy_settings)
+            watch_policies = policywatch.ConfigMapPolicies(api, namespace, name, policies).run
+        else:
+            watch_policies = functools.partial(policies.watch_directory, settings.policies_dir)
+        scheduler = Scheduler(settings, api, slurm, policies)
+        syncer = Syncer(scheduler) if "syncer" in settings.components else None
+
+        def ready() -> tuple[bool, str]:
+            assert scheduler is not None
+            if election is not None and not election[0].leading:
+                return election[0].standby_status()
+            if not scheduler.ready.is_set():
+                return False, "starting: caches not synced yet"
+            if not scheduler.state.slurm_healthy:
+                return False, f"slurmrestd: {scheduler.state.slurm_error}"
+            return True, "ok"
+
         async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(scheduler.run())
             tasks.create_task(serve(probes_app(ready), settings.health_probe_bind_address))
             tasks.create_task(serve(metrics_app(), settings.metrics_bind_address))
+            if election is not None:
+                # A standby serves probes and metrics only; the leader does everything else.
+                # A label left by an earlier run of this Pod must not route hooks here.
+                await election[1].set(False)
+                await election[0].acquire()
+                await election[1].set(True)
+                tasks.create_task(_hold(election[0]))
+            tasks.create_task(scheduler.run())
             if syncer is not None:
                 tasks.create_task(syncer.run())
             tasks.create_task(serve(
                 create_hooks_app(scheduler, token=settings.hook_token, locks=syncer),
                 settings.hooks_api_bind_address))
-            tasks.create_task(policies.watch_directory(settings.policies_dir))
+            tasks.create_task(watch_policies())
             tasks.create_task(serve(create_app(scheduler, **auth_from_env()),
                                     settings.dashboard_bind_address))
+    except* leader.LeadershipLost as lost:
+        raise leader.LeadershipLost(str(lost.exceptions[0])) from None
     finally:
-        scheduler.queue.close()
+        if scheduler is not None:
+            scheduler.queue.close()
+        if election is not None and election[0].leading:
+            # Graceful stop: everything above has stopped, so a successor cannot overlap us.
+            await election[1].set(False)
+            await election[0].release()
         await slurm.aclose()
         await kube.close(api)
+
+
+async def _hold(elector: leader.LeaderElector) -> None:
+    """Keep the Lease; when it is lost, stop everything at once (the TaskGroup cancels)."""
+    await elector.hold()
+    raise leader.LeadershipLost(elector.lost_reason)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,12 +146,18 @@ def main(argv: list[str] | None = None) -> int:
             await run(settings)
 
     try:
-        asyncio.run(guarded())
+        # uvloop: the scheduler is bound by the CPU cost of its HTTP calls (measured in
+        # docs/benchmarks.md); uvloop's event loop makes each one cheaper.
+        uvloop.run(guarded())
     except PolicyLoadError as exc:
         print(f"sunk-scheduler: error: the policy set does not load:\n{exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"sunk-scheduler: error: {exc}", file=sys.stderr)
+        return 1
+    except leader.LeadershipLost as exc:
+        # As kube-scheduler does: exit, and let the restart rejoin as a candidate.
+        print(f"sunk-scheduler: error: {exc}; exiting", file=sys.stderr)
         return 1
     log.info("stopped")
     return 0

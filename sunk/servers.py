@@ -41,7 +41,8 @@ async def serve(app: Litestar, bind: str) -> None:
 
 
 def probes_app(ready: Callable[[], tuple[bool, str]]) -> Litestar:
-    """``/healthz``: the process answers. ``/readyz``: caches synced and Slurm reachable."""
+    """``/healthz``: the process answers. ``/readyz``: caches synced and Slurm reachable (a
+    standby of leader election: it can read the Lease); the body says which, or what is wrong."""
 
     @get("/healthz", media_type=MediaType.TEXT, include_in_schema=False, sync_to_thread=False)
     def healthz() -> str:
@@ -50,7 +51,7 @@ def probes_app(ready: Callable[[], tuple[bool, str]]) -> Litestar:
     @get("/readyz", media_type=MediaType.TEXT, include_in_schema=False, sync_to_thread=False)
     def readyz() -> Response[str]:
         ok, why = ready()
-        return Response("ok" if ok else why, status_code=200 if ok else 503)
+        return Response(why, status_code=200 if ok else 503)
 
     return Litestar([healthz, readyz], openapi_config=None, logging_config=None)
 

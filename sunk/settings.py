@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -81,10 +81,39 @@ class Settings(BaseSettings):
     policies_configmap: str | None = None
     workers: int = 16
 
-    @field_validator("slurm_kill_wait", "slurm_poll_interval", mode="before")
+    #: Leader election on a Lease (for more than one replica): only the leader acts.
+    leader_elect: bool = False
+    leader_elect_lease_duration: float = 15.0
+    leader_elect_renew_deadline: float = 10.0
+    leader_elect_retry_period: float = 2.0
+    #: Default: the scheduler name; in the namespace given, by default the scheduler's own.
+    leader_elect_resource_name: str | None = None
+    leader_elect_resource_namespace: str | None = None
+
+    @field_validator("slurm_kill_wait", "slurm_poll_interval", "leader_elect_lease_duration",
+                     "leader_elect_renew_deadline", "leader_elect_retry_period", mode="before")
     @classmethod
     def _duration(cls, v: str | float) -> float:
         return parse_duration(v)
+
+    @field_validator("leader_elect_lease_duration")
+    @classmethod
+    def _whole_seconds(cls, v: float) -> float:
+        if v < 1 or v != int(v):
+            raise ValueError("must be whole seconds, at least 1s (a Lease counts seconds)")
+        return v
+
+    @field_validator("leader_elect_renew_deadline", "leader_elect_retry_period")
+    @classmethod
+    def _shorter(cls, v: float, info: ValidationInfo) -> float:
+        # Each must be shorter than the one before: lease > renew deadline > 1.2 x retry.
+        longer = {"leader_elect_renew_deadline": ("leader_elect_lease_duration", 1.0),
+                  "leader_elect_retry_period": ("leader_elect_renew_deadline", 1.2)}
+        name, factor = longer[str(info.field_name)]
+        if v <= 0 or (name in info.data and not v * factor < info.data[name]):
+            raise ValueError(f"must be positive and less than --{name.replace('_', '-')}"
+                             + (f" / {factor}" if factor != 1 else ""))
+        return v
 
     @field_validator("watch_namespace", "components", mode="before")
     @classmethod

@@ -175,7 +175,9 @@ class Syncer:
         node = self.sched.node_informer.cache.get(k8s_node or "")
         if k8s_node is None or slurmd is None or node is None:
             return
-        slurm_info = self.sched.state.slurm_nodes.get(slurm_node, {})
+        slurm_info = self.sched.state.slurm_nodes.get(slurm_node)
+        if slurm_info is None:
+            return  # not polled from Slurm yet: an idle-looking node must not lose its lock
         await self._lock(slurm_node, k8s_node, node, slurmd, slurm_info)
         await self._sync_drain(slurm_node, node, slurmd, slurm_info)
 

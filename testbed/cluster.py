@@ -425,7 +425,8 @@ def _start_slurm(tb: Testbed) -> None:
     env_file = etc / "sunk-hooks.env"
     env_file.write_text(f"SUNK_HOOK_URL={tb.hook_url}\nSUNK_HOOK_TOKEN={tb.hook_token}\n"
                         f"SUNK_LOCK_TIMEOUT={LOCK_TIMEOUT}\n")
-    env_file.chmod(0o600)
+    # Placeholder jobs run as the Pod's Slurm user (user-id annotation), and must read it.
+    env_file.chmod(0o644)
 
     tb.pids["munged"] = procs.start(
         tb.chroot_cmd("munged", "--foreground", "--force", user="munge:munge"), tb.log("munged"))

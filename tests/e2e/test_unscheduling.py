@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import kr8s.asyncio
+import pytest
 
 from testbed import cluster
 from tests.e2e.conftest import RunningScheduler
@@ -81,11 +82,15 @@ async def test_deleting_a_running_pod_ends_its_job_and_frees_the_node_only_once_
         testbed.slurm("scancel", waiting)
 
 
+@pytest.mark.parametrize("user", [None, "1001"], ids=["as-root", "as-a-pod-user"])
 async def test_scancel_deletes_the_pod_quickly_and_the_job_ends_before_kill_wait(
         kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
-        scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
+        scheduler: RunningScheduler, testbed: cluster.Testbed, user: str | None) -> None:
+    """Also as the Slurm user a Pod names: its placeholder job must reach the hook API too."""
     grace = 2
-    await create(kube, pod_manifest("victim", namespace, scheduler.name, cpu="32", grace=grace))
+    annotations = {"sunk.coreweave.com/user-id": user} if user else {}
+    await create(kube, pod_manifest("victim", namespace, scheduler.name, cpu="32", grace=grace,
+                                    annotations=annotations))
     pod = await wait_bound(kube, namespace, "victim")
     job_id = pod["metadata"]["annotations"][JOB_ID]
     node = (await job(slurm, job_id))["nodes"]

@@ -1,0 +1,48 @@
+#!/bin/sh
+# Slurm Prolog shipped with sunk. Installed on every Slurm node (by the Helm chart; by the test
+# bed through a read-only bind mount of this folder).
+#
+# Before any job starts on this node, Kubernetes work that Slurm does not know about must be
+# gone. The prolog asks the scheduler's syncer to lock the node (taint the Node, evict Pods that
+# do not tolerate the lock) and blocks until it is locked. A placeholder job of sunk's (its
+# SLURM_JOB_EXTRA names a Pod) asks for a strict lock. An error or a timeout fails the prolog,
+# so Slurm drains the node: a job never starts on a node still shared with unknown work.
+#
+# Needs SUNK_HOOK_URL and SUNK_HOOK_TOKEN, from $SUNK_HOOKS_ENV (default
+# /etc/slurm/sunk-hooks.env); SUNK_LOCK_TIMEOUT (seconds, default 300) may be set there too.
+set -u
+HOOKS_ENV=${SUNK_HOOKS_ENV:-/etc/slurm/sunk-hooks.env}
+# shellcheck disable=SC1090
+[ -r "$HOOKS_ENV" ] && . "$HOOKS_ENV"
+NODE=${SLURMD_NODENAME:-$(hostname)}
+JOB=${SLURM_JOB_ID:?}
+TIMEOUT=${SUNK_LOCK_TIMEOUT:-300}
+case "${SLURM_JOB_EXTRA:-}" in
+    sunk-pod=*) STRICT=true ;;
+    *) STRICT=false ;;
+esac
+
+log() { echo "sunk prolog, job $JOB on $NODE: $*" >&2; }
+
+deadline=$(( $(date +%s) + TIMEOUT ))
+while :; do
+    left=$(( deadline - $(date +%s) ))
+    if [ "$left" -le 0 ]; then
+        log "the node was not locked within ${TIMEOUT}s; failing (Slurm drains the node)"
+        exit 1
+    fi
+    [ "$left" -gt 20 ] && left=20
+    answer=$(curl -sS --max-time $(( left + 10 )) -X POST \
+        -H "Authorization: Bearer ${SUNK_HOOK_TOKEN:-}" -H "Content-Type: application/json" \
+        --data "{\"job_id\": $JOB, \"strict\": $STRICT}" -w '\n%{http_code}' \
+        "${SUNK_HOOK_URL:-http://127.0.0.1:8000}/hooks/v1/nodes/$NODE/lock?wait=$left" \
+        2>&1) || answer="$answer
+000"
+    case "$answer" in
+        *'"locked":true'*200) exit 0 ;;
+        *200) ;;  # still pending: ask again (the call itself waited)
+        *401|*403) log "the hook API refused our token: $answer"; exit 1 ;;
+        *404) log "the scheduler does not know this node: $answer"; exit 1 ;;
+        *) sleep 1 ;;  # unreachable or busy: retry until the deadline
+    esac
+done
