@@ -22,7 +22,7 @@ from sunk.servers import metrics_app, probes_app, serve
 from sunk.settings import Settings, from_args
 from sunk.slurm import SlurmClient
 from sunk.syncer import Syncer
-from sunk.web import auth_from_env, create_app
+from sunk.web import create_app
 
 if TYPE_CHECKING:
     import kr8s.asyncio
@@ -104,7 +104,7 @@ async def run(settings: Settings) -> None:
                 create_hooks_app(scheduler, token=settings.hook_token, locks=syncer),
                 settings.hooks_api_bind_address))
             tasks.create_task(watch_policies())
-            tasks.create_task(serve(create_app(scheduler, **auth_from_env()),
+            tasks.create_task(serve(create_app(scheduler, **settings.dashboard_auth()),
                                     settings.dashboard_bind_address))
     except* leader.LeadershipLost as lost:
         raise leader.LeadershipLost(str(lost.exceptions[0])) from None

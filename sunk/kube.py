@@ -95,6 +95,7 @@ class Informer:
         for obj in fresh.values():
             await self._emit("ADDED", obj)
         self.synced.set()
+        self.healthy, self.last_error = True, ""
         return str(body["metadata"]["resourceVersion"])
 
     async def _watch(self, rv: str) -> str:

@@ -10,7 +10,7 @@ import argparse
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -67,6 +67,10 @@ class Settings(BaseSettings):
     components: list[str] = Field(default_factory=lambda: ["scheduler", "syncer"])
     log_level: str = "info"
 
+    #: Dashboard authentication (both optional): a bearer token, and ``user:password``.
+    dashboard_token: SecretStr | None = None
+    dashboard_basic_auth: SecretStr | None = None
+
     annotation_prefix: str = "sunk.coreweave.com/"
     #: Where the slurmd Pods live, and how to find them (their hostname is the Slurm node name).
     slurmd_namespace: str | None = None
@@ -122,6 +126,15 @@ class Settings(BaseSettings):
             return [x.strip() for x in v.split(",") if x.strip()]
         return [x for item in v for x in item.split(",") if x]
 
+    @field_validator("dashboard_basic_auth")
+    @classmethod
+    def _basic_auth(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and v.get_secret_value():
+            user, sep, password = v.get_secret_value().partition(":")
+            if not (user and sep and password):
+                raise ValueError("must be user:password")
+        return v
+
     @field_validator("slurm_api_base")
     @classmethod
     def _scheme(cls, v: str) -> str:
@@ -157,6 +170,15 @@ class Settings(BaseSettings):
         if self.slurm_auth_token is not None:
             return self.slurm_auth_token.get_secret_value()
         raise ValueError("no Slurm token: set --slurm-auth-token or --slurm-auth-token-file")
+
+    def dashboard_auth(self) -> dict[str, Any]:
+        """Keyword arguments of the dashboard app's ``create_app``."""
+        token = self.dashboard_token.get_secret_value() if self.dashboard_token else None
+        basic = None
+        if self.dashboard_basic_auth and self.dashboard_basic_auth.get_secret_value():
+            user, _, password = self.dashboard_basic_auth.get_secret_value().partition(":")
+            basic = (user, password)
+        return {"auth_token": token or None, "basic_auth": basic}
 
     def hook_token(self) -> str | None:
         if self.hooks_token_file is not None:

@@ -1,0 +1,384 @@
+"""The dashboard: HTML pages refreshed in place by htmx, and the same views as a JSON API.
+
+Read-only (GET only), served on the scheduler's own event loop, and built on the scheduler's
+in-memory state (see :mod:`sunk.web.views`): only a Pod's own page asks the API server for
+anything, its Events, and at most once per :data:`EVENTS_TTL` per Pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import datetime
+import os
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Final, TypedDict
+from urllib.parse import urlencode
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from litestar import Litestar, get
+from litestar.config.compression import CompressionConfig
+from litestar.enums import ScopeType
+from litestar.exceptions import NotFoundException
+from litestar.middleware import ASGIMiddleware
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
+from litestar.params import FromPath, QueryParameter
+from litestar.plugins.htmx import HTMXPlugin, HTMXRequest
+from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.response import Redirect, Template
+from litestar.static_files import create_static_files_router
+from litestar.template import TemplateConfig
+from litestar.types import (
+    ASGIApp,
+    HTTPResponseBodyEvent,
+    HTTPResponseStartEvent,
+    Message,
+    Receive,
+    Scope,
+    Send,
+)
+
+from sunk import kube
+from sunk.web import views
+from sunk.web.views import (
+    EventView,
+    NodeList,
+    PodDetail,
+    PodList,
+    PolicyView,
+    SchedulerView,
+    Summary,
+)
+
+HERE: Final = Path(__file__).parent
+TEMPLATES: Final = HERE / "templates"
+STATIC: Final = HERE / "static"
+#: How often open pages refresh themselves (seconds).
+REFRESH_SECONDS: Final = 2
+#: A Pod's Events are fetched from the API server at most this often (seconds).
+EVENTS_TTL: Final = 5.0
+MAX_EVENTS: Final = 50
+
+#: (namespace, name, uid) -> the Pod's Events, newest first.
+EventSource = Callable[[str, str, str], Awaitable[list[EventView]]]
+
+#: Served with every response: the pages show user input (Pod names, annotations, messages),
+#: so scripts run only from our own origin, even if escaping ever failed.
+SECURITY_HEADERS: Final = (
+    (b"content-security-policy",
+     b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+     b"connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"no-referrer"),
+)
+
+
+# -- authentication ------------------------------------------------------------------------------
+
+
+class DashboardAuth(TypedDict):
+    auth_token: str | None
+    basic_auth: tuple[str, str] | None
+
+
+def auth_from_env(environ: Mapping[str, str] | None = None) -> DashboardAuth:
+    """``SUNK_DASHBOARD_TOKEN`` (a bearer token) and ``SUNK_DASHBOARD_BASIC_AUTH``
+    (``user:password``), as a Secret mounted as environment provides them. A malformed value
+    raises: a typo must not silently serve the dashboard without authentication."""
+    env = os.environ if environ is None else environ
+    token = env.get("SUNK_DASHBOARD_TOKEN", "").strip() or None
+    basic: tuple[str, str] | None = None
+    if raw := env.get("SUNK_DASHBOARD_BASIC_AUTH", "").strip():
+        user, sep, password = raw.partition(":")
+        if not sep or not user or not password:
+            raise ValueError("SUNK_DASHBOARD_BASIC_AUTH must be user:password")
+        basic = (user, password)
+    return {"auth_token": token, "basic_auth": basic}
+
+
+class _Guard(ASGIMiddleware):
+    """Refuses requests without the configured credentials (401), and adds the security headers
+    to every response. Credentials are compared in constant time."""
+
+    scopes = (ScopeType.HTTP,)
+
+    def __init__(self, token: str | None, basic: tuple[str, str] | None) -> None:
+        self.token = token.encode() if token else None
+        self.basic = (basic[0].encode(), basic[1].encode()) if basic else None
+        challenges: list[tuple[bytes, bytes]] = []
+        if self.basic:  # first: browsers prompt for the first scheme they know
+            challenges.append((b"www-authenticate", b'Basic realm="sunk", charset="UTF-8"'))
+        if self.token:
+            challenges.append((b"www-authenticate", b'Bearer realm="sunk"'))
+        self.challenges = challenges
+
+    def _allowed(self, scope: Scope) -> bool:
+        if self.token is None and self.basic is None:
+            return True
+        header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
+        scheme, _, credentials = header.partition(b" ")
+        scheme, credentials = scheme.lower(), credentials.strip()
+        if scheme == b"bearer" and self.token is not None:
+            return secrets.compare_digest(credentials, self.token)
+        if scheme == b"basic" and self.basic is not None:
+            try:
+                decoded = base64.b64decode(credentials, validate=True)
+            except (binascii.Error, ValueError):
+                return False
+            user, sep, password = decoded.partition(b":")
+            ok_user = secrets.compare_digest(user, self.basic[0])
+            ok_password = secrets.compare_digest(password, self.basic[1])
+            return bool(sep) and ok_user and ok_password
+        return False
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
+        async def send_secured(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), *SECURITY_HEADERS]
+            await send(message)
+
+        if self._allowed(scope):
+            await next_app(scope, receive, send_secured)
+            return
+        body = b"authentication required\n"
+        start: HTTPResponseStartEvent = {
+            "type": "http.response.start", "status": 401,
+            "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                        (b"content-length", str(len(body)).encode()), *self.challenges]}
+        await send_secured(start)
+        end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body,
+                                      "more_body": False}
+        await send(end)
+
+
+# -- Events of one Pod ---------------------------------------------------------------------------
+
+
+def api_events(api: Any, *, ttl: float = EVENTS_TTL) -> EventSource:
+    """Events of one Pod from the API server (by uid), cached for ``ttl`` seconds so a page
+    refreshing every couple of seconds costs at most one small call per ``ttl``."""
+    cache: dict[str, tuple[float, list[EventView]]] = {}
+
+    async def fetch(namespace: str, name: str, uid: str) -> list[EventView]:
+        now = time.monotonic()
+        if (hit := cache.get(uid)) is not None and hit[0] > now:
+            return hit[1]
+        async with asyncio.timeout(5):
+            body = await kube.request(api, "GET", "events", namespace=namespace,
+                                      params={"fieldSelector": f"involvedObject.uid={uid}"})
+        events = [views.event_view(e) for e in body.get("items") or []]
+        epoch = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+        events.sort(key=lambda e: e.last_seen or epoch, reverse=True)
+        events = events[:MAX_EVENTS]
+        if len(cache) > 256:
+            for key in [k for k, (until, _) in cache.items() if until <= now]:
+                del cache[key]
+        cache[uid] = (now + ttl, events)
+        return events
+
+    return fetch
+
+
+async def no_events(namespace: str, name: str, uid: str) -> list[EventView]:
+    return []
+
+
+# -- formatting for the templates ----------------------------------------------------------------
+
+
+def duration(seconds: float | None) -> str:
+    """Compact, as kubectl shows ages: 42s, 3m05s, 2h07m, 4d03h."""
+    if seconds is None:
+        return ""
+    s = int(seconds)
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def mebibytes(mib: int) -> str:
+    if mib == 0:
+        return "0"
+    if mib >= 1024:
+        gib = mib / 1024
+        return f"{gib:.0f}G" if gib >= 100 or gib == int(gib) else f"{gib:.1f}G"
+    return f"{mib}M"
+
+
+def clock(at: datetime.datetime | None) -> str:
+    return "" if at is None else at.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _environment() -> Environment:
+    """Autoescaping on for every template, whatever its name: all of it is HTML."""
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True,
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                      auto_reload=False)
+    env.filters.update(duration=duration, mebibytes=mebibytes, clock=clock,
+                       pretty=views.pretty_json)
+    env.globals.update(refresh_seconds=REFRESH_SECONDS, pod_states=views.POD_STATES,
+                       node_filters=views.NODE_FILTERS)
+    return env
+
+
+# -- the app -------------------------------------------------------------------------------------
+
+_NO_STORE: Final = {"Cache-Control": "no-store", "Vary": "HX-Request"}
+
+Namespace = Annotated[str, QueryParameter(name="namespace", description="only this namespace")]
+PodStateFilter = Annotated[str, QueryParameter(
+    name="state", description="only Pods in this state: " + ", ".join(views.POD_STATES))]
+NodeStateFilter = Annotated[str, QueryParameter(
+    name="state", description="only nodes with this Slurm state flag or lock: "
+    + ", ".join(views.NODE_FILTERS))]
+Search = Annotated[str, QueryParameter(name="q", description="a substring of the Pod name")]
+Limit = Annotated[int, QueryParameter(name="limit", ge=1, le=100_000,
+                                      description="at most this many Pods")]
+
+
+def _query(**params: str | int) -> str:
+    kept = {k: v for k, v in params.items() if v not in ("", None)}
+    return f"?{urlencode(kept)}" if kept else ""
+
+
+def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
+               basic_auth: tuple[str, str] | None = None,
+               events: EventSource | None = None) -> Litestar:
+    """The dashboard of ``scheduler``. ``events`` fetches a Pod's Events (by default from the
+    API server through the scheduler's client; tests pass their own)."""
+    if events is None:
+        api = getattr(scheduler, "api", None)  # sunk.scheduler.Scheduler's kr8s client
+        events = api_events(api) if api is not None else no_events
+    fetch_events = events
+
+    def now() -> float:
+        return time.time()
+
+    def page(name: str, request: HTMXRequest, context: dict[str, Any],
+             status_code: int = 200) -> Template:
+        """The whole page, or for htmx's refresh only its ``_name.html`` part (plus the header,
+        swapped out of band); a history restore gets the whole page."""
+        partial = bool(request.htmx) and not request.htmx.history_restore_request
+        context = {**context, "summary": views.summary(scheduler, now()), "page": name,
+                   "oob": partial}
+        template = f"_{name}_partial.html" if partial else f"{name}.html"
+        return Template(template_name=template, context=context, status_code=status_code,
+                        headers=_NO_STORE)
+
+    async def detail(namespace: str, name: str) -> PodDetail | None:
+        rec = scheduler.state.pods.get(f"{namespace}/{name}")
+        if rec is None:
+            return None
+        uid = rec.uid
+        found: list[EventView] = []
+        error = ""
+        try:
+            found = await fetch_events(namespace, name, uid)
+        except (kube.KubeError, TimeoutError) as exc:
+            error = f"Events could not be read: {exc}"
+        # The state is read after the await: it is current, and read in one go.
+        return views.pod_detail(scheduler, namespace, name, now(), events=found,
+                                events_error=error)
+
+    # -- HTML --------------------------------------------------------------------------------
+
+    @get("/", include_in_schema=False, sync_to_thread=False)
+    def index() -> Redirect:
+        return Redirect("/pods")
+
+    @get("/pods", include_in_schema=False, sync_to_thread=False)
+    def pods_page(request: HTMXRequest, namespace: Namespace = "",
+                  state_filter: PodStateFilter = "", search: Search = "",
+                  limit: Limit = views.DEFAULT_LIMIT) -> Template:
+        listing = views.pods(scheduler, now(), namespace=namespace, state=state_filter,
+                             query=search, limit=limit)
+        kept_limit = limit if limit != views.DEFAULT_LIMIT else ""
+        return page("pods", request, {
+            "listing": listing, "namespace": namespace, "state": state_filter, "q": search,
+            "self_url": "/pods" + _query(namespace=namespace, state=state_filter, q=search,
+                                         limit=kept_limit)})
+
+    @get("/pods/{namespace:str}/{name:str}", include_in_schema=False)
+    async def pod_page(request: HTMXRequest, namespace: FromPath[str], name: FromPath[str]
+                       ) -> Template:
+        found = await detail(namespace, name)
+        gone = found is None
+        status = 200
+        if gone:  # 286 stops htmx polling; a direct visit gets a real 404
+            status = 286 if request.htmx else 404
+        return page("pod", request, {
+            "detail": found, "namespace": namespace, "name": name,
+            "self_url": f"/pods/{namespace}/{name}"}, status_code=status)
+
+    @get("/nodes", include_in_schema=False, sync_to_thread=False)
+    def nodes_page(request: HTMXRequest, state_filter: NodeStateFilter = "") -> Template:
+        return page("nodes", request, {
+            "listing": views.nodes(scheduler, state=state_filter), "state": state_filter,
+            "self_url": "/nodes" + _query(state=state_filter)})
+
+    @get("/policies", include_in_schema=False, sync_to_thread=False)
+    def policies_page(request: HTMXRequest) -> Template:
+        return page("policies", request, {"policy": views.policies(scheduler),
+                                          "self_url": "/policies"})
+
+    # -- JSON --------------------------------------------------------------------------------
+
+    @get("/api/v1/summary", sync_to_thread=False, tags=["dashboard"])
+    def api_summary() -> Summary:
+        """Connection health and counts: the dashboard's header."""
+        return views.summary(scheduler, now())
+
+    @get("/api/v1/pods", sync_to_thread=False, tags=["dashboard"])
+    def api_pods(namespace: Namespace = "", state_filter: PodStateFilter = "",
+                 search: Search = "", limit: Limit = views.DEFAULT_LIMIT) -> PodList:
+        """Pods of this scheduler, sorted by namespace and name."""
+        return views.pods(scheduler, now(), namespace=namespace, state=state_filter,
+                          query=search, limit=limit)
+
+    @get("/api/v1/pods/{namespace:str}/{name:str}", tags=["dashboard"])
+    async def api_pod(namespace: FromPath[str], name: FromPath[str]) -> PodDetail:
+        """One Pod: its row, job description, Slurm's job record, history and Events."""
+        found = await detail(namespace, name)
+        if found is None:
+            raise NotFoundException(f"no Pod {namespace}/{name} in the scheduler's state")
+        return found
+
+    @get("/api/v1/nodes", sync_to_thread=False, tags=["dashboard"])
+    def api_nodes(state_filter: NodeStateFilter = "") -> NodeList:
+        """Slurm nodes with their Kubernetes Node, lock, drain, jobs, Pods and free resources."""
+        return views.nodes(scheduler, state=state_filter)
+
+    @get("/api/v1/policies", sync_to_thread=False, tags=["dashboard"])
+    def api_policies() -> PolicyView:
+        """The policy set in force and the last reload's problems."""
+        return views.policies(scheduler)
+
+    return Litestar(
+        route_handlers=[index, pods_page, pod_page, nodes_page, policies_page, api_summary,
+                        api_pods, api_pod, api_nodes, api_policies,
+                        create_static_files_router("/static", directories=[STATIC])],
+        template_config=TemplateConfig(
+            instance=JinjaTemplateEngine.from_environment(_environment())),
+        plugins=[HTMXPlugin()],
+        # A refresh of 1,000 Pods is ~550 kB of HTML and ~25 kB gzipped: worth it through a
+        # port-forward; level 6 costs a few ms where 9 costs several times more.
+        compression_config=CompressionConfig(backend="gzip", minimum_size=2048,
+                                             gzip_compress_level=6),
+        middleware=[_Guard(auth_token, basic_auth)],
+        openapi_config=OpenAPIConfig(
+            title="sunk dashboard", version="v1", path="/schema",
+            description="Read-only views of what the sunk scheduler is doing.",
+            use_handler_docstrings=True, render_plugins=[JsonRenderPlugin()]),
+        logging_config=None, debug=False)

@@ -1,0 +1,256 @@
+"""A scheduler made of plain data, for the dashboard's tests, benchmark and local previews.
+
+:class:`StaticScheduler` has the attributes the views read of ``sunk.scheduler.Scheduler`` and
+no I/O; :func:`sample` fills one with a cluster of any size in a realistic mix of states.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sunk.locking import LOCK_KEY, LOCK_TAINT_SPEC
+from sunk.policy.engine import PolicyEngine
+from sunk.policy.loader import PolicyStatus, load_sources
+from sunk.policy.model import Origin, PolicyIssue, PolicyLoadError
+from sunk.settings import Settings
+from sunk.slurm import Job
+from sunk.state import PodRecord, SchedulerState, Transition
+
+
+@dataclass
+class Synced:
+    value: bool = True
+
+    def is_set(self) -> bool:
+        return self.value
+
+
+@dataclass
+class StaticInformer:
+    cache: dict[str, dict[str, Any]] = field(default_factory=dict)
+    synced: Synced = field(default_factory=Synced)
+    last_error: str = ""
+
+
+SAMPLE_POLICIES = {"10-sample.yaml": """
+apiVersion: sunk.coreweave.com/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: sunk-annotations}
+spec:
+  validations:
+    - expression: "!has(object.metadata.annotations) || true"
+      reason: InvalidAnnotation
+      message: annotations must be valid
+  mappings:
+    comment: {type: string, expression: "null"}
+---
+apiVersion: sunk.coreweave.com/v1alpha1
+kind: SchedulingPolicy
+metadata: {name: sunk-pod}
+spec:
+  failurePolicy: Ignore
+  validationActions: [Warn]
+  matchConditions:
+    - {name: has-containers, expression: "has(object.spec.containers)"}
+  validations:
+    - expression: "object.spec.containers.size() > 0"
+      reason: NoContainers
+"""}
+
+
+@functools.cache
+def _sample_engine() -> PolicyEngine:
+    """Compiled once: an engine is immutable."""
+    return load_sources(SAMPLE_POLICIES)
+
+
+@dataclass
+class StaticPolicies:
+    """``sunk.policy.PolicyStore`` as the dashboard reads it, from plain data."""
+
+    engine: PolicyEngine = field(default_factory=_sample_engine)
+    generation: int = 1
+    loaded_at: float = field(default_factory=time.time)
+    error: PolicyLoadError | None = None
+    error_at: float | None = None
+
+    def status(self) -> PolicyStatus:
+        return PolicyStatus(generation=self.generation, policies=self.engine.names,
+                            loaded_at=self.loaded_at, error=self.error, error_at=self.error_at)
+
+
+@dataclass
+class StaticScheduler:
+    """Satisfies :class:`sunk.web.views.SchedulerView`."""
+
+    state: SchedulerState = field(default_factory=SchedulerState)
+    settings: Settings = field(default_factory=lambda: Settings(scheduler_name="sunk-sample"))
+    policies: StaticPolicies = field(default_factory=StaticPolicies)
+    jobs: dict[int, Job] = field(default_factory=dict)
+    pod_informers: list[StaticInformer] = field(default_factory=lambda: [StaticInformer()])
+    node_informer: StaticInformer = field(default_factory=StaticInformer)
+    slurmd_informer: StaticInformer = field(default_factory=StaticInformer)
+
+    # -- building ------------------------------------------------------------------------------
+    def add_node(self, slurm_name: str, k8s_name: str, *, state: tuple[str, ...] = ("IDLE",),
+                 reason: str = "", lock: str | None = "false", taint: bool = False,
+                 cpus: int = 32, alloc_cpus: int = 0, memory_mib: int = 262144,
+                 alloc_memory_mib: int = 0, gpus: int = 8, gpus_used: int = 0,
+                 gres_type: str = "h100", cordoned: bool = False) -> None:
+        """A Slurm node, its slurmd Pod (``lock`` None: no annotation) and Kubernetes Node
+        (``taint``: with the lock taint)."""
+        self.state.slurm_nodes[slurm_name] = {
+            "name": slurm_name, "state": list(state), "reason": reason, "cpus": cpus,
+            "alloc_cpus": alloc_cpus, "real_memory": memory_mib,
+            "alloc_memory": alloc_memory_mib,
+            "gres": f"gpu:{gres_type}:{gpus}" if gpus else "",
+            "gres_used": f"gpu:{gres_type}:{gpus_used}(IDX:N/A)" if gpus else "",
+            "partitions": ["batch"]}
+        annotations = {} if lock is None else {LOCK_KEY: lock}
+        self.slurmd_informer.cache[f"slurm/slurmd-{slurm_name}"] = {
+            "metadata": {"name": f"slurmd-{slurm_name}", "namespace": "slurm",
+                         "annotations": annotations},
+            "spec": {"hostname": slurm_name, "nodeName": k8s_name}}
+        spec: dict[str, Any] = {"unschedulable": cordoned}
+        if taint:
+            spec["taints"] = [dict(LOCK_TAINT_SPEC)]
+        self.node_informer.cache[k8s_name] = {"metadata": {"name": k8s_name, "labels": {}},
+                                              "spec": spec}
+
+    def add_pod(self, namespace: str, name: str, *, created: float, phase: str = "Pending",
+                job_id: int | None = None, job_state: str = "", pending_reason: str = "",
+                slurm_node: str = "", k8s_node: str = "", bound_after: float | None = None,
+                rejected: str = "", last_event: str = "",
+                annotations: Mapping[str, str] | None = None) -> PodRecord:
+        """A Pod record, the Pod object in the informer cache and, with ``job_id``, its job."""
+        uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"pod/{namespace}/{name}"))
+        rec = PodRecord(namespace, name, uid, created, phase=phase, job_id=job_id,
+                        job_state=job_state, pending_reason=pending_reason,
+                        slurm_node=slurm_node, k8s_node=k8s_node,
+                        bound_at=None if bound_after is None else created + bound_after,
+                        rejected=rejected, last_event=last_event)
+        rec.history.append(Transition(created, "seen"))
+        if job_id is not None:
+            rec.history.append(Transition(created + 0.05, "JobSubmitted",
+                                          f"Slurm job {job_id} submitted"))
+            rec.job_description = {"name": f"pod:{namespace}/{name}", "nodes": "1",
+                                   "cpus_per_task": 2, "extra": f"sunk-pod={namespace}/{name}"}
+            self.jobs[job_id] = Job(job_id=job_id, name=f"pod:{namespace}/{name}",
+                                    state=job_state or "PENDING",
+                                    extra=f"sunk-pod={namespace}/{name} uid={uid}",
+                                    nodes=slurm_node, reason=pending_reason)
+        if rec.bound_at is not None:
+            rec.history.append(Transition(rec.bound_at, "Scheduled", f"bound to {k8s_node}"))
+        if rejected:
+            rec.history.append(Transition(created + 0.01, rejected.split(":", 1)[0], rejected))
+        self.state.pods[rec.key] = rec
+        self.pod_informers[0].cache[rec.key] = {
+            "metadata": {"name": name, "namespace": namespace, "uid": uid,
+                         "labels": {"app": name.rsplit("-", 1)[0]},
+                         "annotations": dict(annotations or {})},
+            "spec": {"schedulerName": self.settings.scheduler_name, "nodeName": k8s_node}}
+        return rec
+
+
+def sample(pods: int = 1000, nodes: int = 100, *, seed: int = 1,
+           now: float | None = None) -> StaticScheduler:
+    """A healthy, busy cluster: ``nodes`` GPU nodes (a few drained, locked or down) and ``pods``
+    Pods in every state, spread over a handful of namespaces."""
+    rng = random.Random(seed)
+    now = time.time() if now is None else now
+    s = StaticScheduler()
+    s.state.kube_healthy = s.state.slurm_healthy = True
+    s.state.started = now - 7200
+    busy: list[tuple[str, str]] = []  # where the sample's bound Pods run
+    for i in range(nodes):
+        gres = "h100" if i % 2 == 0 else "a100"
+        slurm_name, k8s_name = f"{gres}-{i:03d}", f"gpu-node-{i:03d}"
+        used = rng.choice((0, 0, 2, 4, 8))
+        if i % 17 == 5:
+            s.add_node(slurm_name, k8s_name, state=("IDLE", "DRAIN"), gres_type=gres,
+                       reason="k8s: node cordoned by maintenance-operator", cordoned=True)
+        elif i % 23 == 7:
+            s.add_node(slurm_name, k8s_name, state=("DOWN", "NOT_RESPONDING"), gres_type=gres,
+                       reason="Not responding")
+        elif used:
+            busy.append((slurm_name, k8s_name))
+            s.add_node(slurm_name, k8s_name, state=("ALLOCATED" if used == 8 else "MIXED",),
+                       gres_type=gres, lock="locked_strict" if i % 3 else "locked",
+                       taint=True, alloc_cpus=used * 4, alloc_memory_mib=used * 32768,
+                       gpus_used=used)
+        else:
+            s.add_node(slurm_name, k8s_name, gres_type=gres)
+    namespaces = ["research", "inference", "training", "batch-eval", "default"]
+    job_id = 1000
+    for i in range(pods):
+        ns = namespaces[i % len(namespaces)]
+        name = f"worker-{i:05d}"
+        created = now - rng.uniform(5, 86400)
+        kind = rng.random()
+        slurm_name, k8s_name = busy[rng.randrange(len(busy))] if busy else ("", "")
+        job_id += 1
+        if kind < 0.15:
+            s.add_pod(ns, name, created=created, job_id=job_id, job_state="PENDING",
+                      pending_reason=rng.choice(("Resources", "Priority", "QOSMaxGRESPerUser")),
+                      last_event=f"JobSubmitted: Slurm job {job_id} submitted")
+        elif kind < 0.18:
+            s.add_pod(ns, name, created=created,
+                      rejected="InvalidAnnotation: annotation sunk.coreweave.com/timeout must "
+                               "be a number of minutes from 1 to 4294967293, got \"soon\"",
+                      last_event="InvalidAnnotation: annotation sunk.coreweave.com/timeout "
+                                 "must be a number of minutes")
+        elif kind < 0.22:
+            s.add_pod(ns, name, created=created, phase="Pending", job_id=job_id,
+                      job_state="RUNNING", slurm_node=slurm_name, k8s_node=k8s_name,
+                      bound_after=rng.uniform(0.3, 5),
+                      last_event=f"Scheduled: Successfully assigned {ns}/{name} to {k8s_name}")
+        elif kind < 0.95:
+            s.add_pod(ns, name, created=created, phase="Running", job_id=job_id,
+                      job_state="RUNNING", slurm_node=slurm_name, k8s_node=k8s_name,
+                      bound_after=rng.uniform(0.3, 5),
+                      last_event=f"Scheduled: Successfully assigned {ns}/{name} to {k8s_name}")
+        else:
+            s.add_pod(ns, name, created=created, phase="Succeeded", job_id=job_id,
+                      job_state="COMPLETED", slurm_node=slurm_name, k8s_node=k8s_name,
+                      bound_after=rng.uniform(0.3, 5),
+                      last_event="SlurmJobEnded: job completed; deleting the Pod")
+    return s
+
+
+def broken_policies(generation: int = 3) -> StaticPolicies:
+    """A policy store whose last reload failed (for previews and tests)."""
+    error = PolicyLoadError([PolicyIssue("expression does not compile: found '<'",
+                                         Origin("30-gpus.yaml", 1), "gpus-per-pod",
+                                         "spec.validations[0].expression")])
+    return StaticPolicies(generation=generation, error=error, error_at=time.time())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m sunk.web.sample``: the dashboard on sample data, to work on its look."""
+    import argparse
+    import asyncio
+
+    from sunk.servers import serve
+    from sunk.web.app import create_app
+
+    parser = argparse.ArgumentParser(prog="python -m sunk.web.sample", description=main.__doc__)
+    parser.add_argument("--bind", default="127.0.0.1:8099")
+    parser.add_argument("--pods", type=int, default=60)
+    parser.add_argument("--nodes", type=int, default=12)
+    parser.add_argument("--broken-policies", action="store_true")
+    args = parser.parse_args(argv)
+    scheduler = sample(args.pods, args.nodes)
+    if args.broken_policies:
+        scheduler.policies = broken_policies()
+    print(f"sample dashboard on http://{args.bind}/", flush=True)
+    asyncio.run(serve(create_app(scheduler), args.bind))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""A small cluster built from plain data: every state the pages show, and hostile strings."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from sunk.web import create_app
+from sunk.web.app import EventSource
+from sunk.web.sample import StaticScheduler
+from sunk.web.views import EventView
+
+NOW = time.time()
+SCRIPT = "<script>alert('x')</script>"
+
+
+def cluster() -> StaticScheduler:
+    s = StaticScheduler()
+    s.state.slurm_healthy = True
+    s.add_node("h100-000", "kwok-node-000", state=("MIXED",), lock="locked", taint=True,
+               alloc_cpus=4, alloc_memory_mib=1024, gpus_used=2)
+    s.add_node("a100-001", "kwok-node-001", state=("IDLE", "DRAIN"),
+               reason="k8s: cordoned by kubectl", cordoned=True, gres_type="a100")
+    s.add_node("h100-002", "kwok-node-002", state=("IDLE", "DRAIN"), reason=f"bad GPU {SCRIPT}")
+    s.add_node("a100-003", "kwok-node-003", lock=None, gres_type="a100")
+    s.add_pod("team-a", "waiting-1", created=NOW - 30, job_id=11, job_state="PENDING",
+              pending_reason="Resources", last_event="JobSubmitted: Slurm job 11 submitted")
+    s.add_pod("team-a", "running-1", created=NOW - 600, phase="Running", job_id=12,
+              job_state="RUNNING", slurm_node="h100-000", k8s_node="kwok-node-000",
+              bound_after=1.25, last_event="Scheduled: Successfully assigned")
+    s.add_pod("team-b", "bound-1", created=NOW - 5, job_id=13, job_state="RUNNING",
+              slurm_node="h100-000", k8s_node="kwok-node-000", bound_after=0.5)
+    s.add_pod("team-b", "evil", created=NOW - 60,
+              rejected=f'InvalidAnnotation: got "{SCRIPT}"',
+              last_event=f'InvalidAnnotation: annotation exclusive must be one of none, ok, '
+                         f'got "{SCRIPT}"',
+              annotations={"sunk.coreweave.com/exclusive": SCRIPT})
+    s.add_pod("team-b", "done-1", created=NOW - 9000, phase="Succeeded", job_id=9,
+              job_state="COMPLETED", slurm_node="a100-003", k8s_node="kwok-node-003",
+              bound_after=3)
+    return s
+
+
+@pytest.fixture
+def scheduler() -> StaticScheduler:
+    return cluster()
+
+
+async def fake_events(namespace: str, name: str, uid: str) -> list[EventView]:
+    return [EventView(type="Warning", reason="InvalidAnnotation", message=f"got {SCRIPT}",
+                      count=2, last_seen=None, source="sunk-sample")]
+
+
+MakeClient = Callable[..., AsyncTestClient[Litestar]]
+
+
+@pytest.fixture
+def make_client(scheduler: StaticScheduler) -> MakeClient:
+    """A client of the dashboard with ``create_app``'s options; ``async with`` it."""
+
+    def make(*, events: EventSource | None = fake_events, auth_token: str | None = None,
+             basic_auth: tuple[str, str] | None = None) -> AsyncTestClient[Litestar]:
+        return AsyncTestClient(create_app(scheduler, events=events, auth_token=auth_token,
+                                          basic_auth=basic_auth))
+
+    return make
+
+
+@pytest.fixture
+async def client(make_client: MakeClient) -> AsyncIterator[AsyncTestClient[Litestar]]:
+    async with make_client() as c:
+        yield c

@@ -1,0 +1,323 @@
+"""The dashboard over HTTP: pages, their htmx refreshes, the JSON API, escaping and auth."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import pytest
+from litestar import Litestar
+from litestar.testing import AsyncTestClient
+
+from sunk.kube import KubeError
+from sunk.web.app import auth_from_env, duration, mebibytes
+from sunk.web.sample import StaticScheduler
+from sunk.web.views import EventView
+
+from .conftest import SCRIPT, MakeClient
+
+Client = AsyncTestClient[Litestar]
+ESCAPED = "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"
+
+
+# -- pages ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/pods", "/nodes", "/policies", "/pods/team-a/waiting-1"])
+async def test_pages_render_whole_with_header(client: Client, path: str) -> None:
+    r = await client.get(path)
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/html")
+    assert r.text.startswith("<!doctype html>")
+    assert 'src="/static/htmx.min.js"' in r.text
+    assert 'id="header"' in r.text and 'hx-swap-oob' not in r.text
+    assert 'hx-trigger="every 2s"' in r.text
+    assert r.headers["cache-control"] == "no-store"
+
+
+async def test_root_leads_to_pods(client: Client) -> None:
+    r = await client.get("/", follow_redirects=False)
+    assert r.status_code in (301, 302, 307) and r.headers["location"] == "/pods"
+
+
+async def test_htmx_refresh_gets_only_the_table_and_the_header_out_of_band(
+        client: Client) -> None:
+    r = await client.get("/pods?state=waiting", headers={"HX-Request": "true"})
+    assert r.status_code == 200
+    assert r.text.lstrip().startswith('<section id="content" hx-get="/pods?state=waiting"')
+    assert "<html" not in r.text and "<form" not in r.text
+    assert '<header id="header" hx-swap-oob="true">' in r.text
+    assert 'data-pod="team-a/waiting-1"' in r.text and "running-1" not in r.text
+    assert "HX-Request" in r.headers["vary"]
+
+
+async def test_big_pages_are_compressed(client: Client) -> None:
+    r = await client.get("/pods", headers={"Accept-Encoding": "gzip"})
+    assert r.headers["content-encoding"] == "gzip" and "running-1" in r.text
+
+
+async def test_history_restore_gets_the_whole_page(client: Client) -> None:
+    r = await client.get("/pods", headers={"HX-Request": "true",
+                                           "HX-History-Restore-Request": "true"})
+    assert r.text.startswith("<!doctype html>")
+
+
+async def test_pods_page_shows_every_column(client: Client) -> None:
+    r = await client.get("/pods?namespace=team-a")
+    row = re.search(r'<tr data-pod="team-a/running-1".*?</tr>', r.text, re.S)
+    assert row is not None
+    cells = [re.sub(r"<[^>]+>", "", c).strip()
+             for c in re.findall(r"<td[^>]*>(.*?)</td>", row.group(0), re.S)]
+    assert cells == ["team-a", "running-1", "running", "Running", "12", "RUNNING", "",
+                     "h100-000", "kwok-node-000", cells[9], "1.2s",
+                     "Scheduled: Successfully assigned"]
+    # 600 s old when the cluster was built (at collection: the suite may take a while since)
+    assert re.fullmatch(r"1\dm\d\ds", cells[9])
+    assert "team-b" not in r.text.split("<tbody>")[1]
+
+
+async def test_filters_keep_their_values_and_the_refresh_url(client: Client) -> None:
+    r = await client.get("/pods?namespace=team-b&state=rejected&q=ev")
+    assert '<option selected>team-b</option>' in r.text
+    assert '<option selected>rejected</option>' in r.text
+    assert 'value="ev"' in r.text
+    assert 'hx-get="/pods?namespace=team-b&amp;state=rejected&amp;q=ev"' in r.text
+    assert re.findall(r'data-pod="([^"]+)"', r.text) == ["team-b/evil"]
+
+
+async def test_unknown_namespace_filter_is_still_selectable(client: Client) -> None:
+    r = await client.get("/pods?namespace=later")
+    assert '<option selected>later</option>' in r.text
+    assert "No Pods match these filters" in r.text
+
+
+async def test_nodes_page_shows_lock_taint_and_drain(client: Client) -> None:
+    r = await client.get("/nodes")
+    assert 'data-node="h100-000" data-lock="locked"' in r.text
+    assert "true:NoSchedule" in r.text
+    assert "from Kubernetes" in r.text and "k8s: cordoned by kubectl" in r.text
+    assert 'href="/pods/team-a/running-1"' in r.text
+    r = await client.get("/nodes?state=drain")
+    assert re.findall(r'data-node="([^"]+)"', r.text) == ["a100-001", "h100-002"]
+
+
+async def test_policies_page_shows_a_failed_reload(client: Client,
+                                                   scheduler: StaticScheduler) -> None:
+    from sunk.web.sample import broken_policies
+
+    assert "reload failed" not in (await client.get("/policies")).text
+    scheduler.policies = broken_policies()
+    r = await client.get("/policies")
+    assert "The last reload failed" in r.text and "set #3 stays in force" in r.text
+    assert "expression does not compile: found &#39;&lt;&#39;" in r.text
+    assert 'data-policy="sunk-annotations"' in r.text
+
+
+async def test_pod_page_shows_history_events_and_job(client: Client) -> None:
+    r = await client.get("/pods/team-a/running-1")
+    assert "Slurm job 12 submitted" in r.text  # history
+    assert "InvalidAnnotation" in r.text  # the (fake) Events
+    assert "&#34;cpus_per_task&#34;: 2" in r.text  # the job description, as JSON
+    assert "kwok-node-000" in r.text
+
+
+async def test_pod_page_of_an_unknown_pod(client: Client) -> None:
+    r = await client.get("/pods/team-a/gone")
+    assert r.status_code == 404 and "knows no Pod" in r.text
+    # htmx stops polling on 286, and still swaps the message in
+    r = await client.get("/pods/team-a/gone", headers={"HX-Request": "true"})
+    assert r.status_code == 286 and "knows no Pod" in r.text
+
+
+async def test_pod_page_survives_events_it_cannot_read(make_client: MakeClient) -> None:
+    async def failing(namespace: str, name: str, uid: str) -> list[EventView]:
+        raise KubeError("GET events: 403 forbidden", status=403)
+
+    async with make_client(events=failing) as client:
+        r = await client.get("/pods/team-a/running-1")
+        assert r.status_code == 200 and "Events could not be read" in r.text
+        assert "Slurm job 12 submitted" in r.text
+
+
+# -- escaping -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/pods", "/pods?state=rejected", "/pods/team-b/evil",
+                                  "/nodes"])
+async def test_user_input_is_shown_as_text(client: Client, path: str) -> None:
+    r = await client.get(path)
+    assert SCRIPT not in r.text
+    assert ESCAPED in r.text or ESCAPED.replace("&#39;", "&#x27;") in r.text
+    assert "<script>alert" not in r.text
+
+
+async def test_partials_escape_too(client: Client) -> None:
+    r = await client.get("/pods", headers={"HX-Request": "true"})
+    assert SCRIPT not in r.text and ESCAPED in r.text
+
+
+async def test_path_values_are_escaped(client: Client) -> None:
+    r = await client.get("/pods/%3Cb%3Ex/%3Cscript%3E")
+    assert r.status_code == 404
+    assert "<script>" not in r.text and "&lt;script&gt;" in r.text
+
+
+async def test_json_carries_user_input_verbatim(client: Client) -> None:
+    body = (await client.get("/api/v1/pods/team-b/evil")).json()
+    assert body["annotations"]["sunk.coreweave.com/exclusive"] == SCRIPT
+
+
+async def test_pages_forbid_inline_scripts(client: Client) -> None:
+    r = await client.get("/pods")
+    csp = r.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert "<script>" not in r.text  # only <script src=...> from our origin
+    assert "style=" not in r.text
+
+
+# -- JSON API -----------------------------------------------------------------------------------
+
+
+async def test_api_pods_shape_and_filters(client: Client) -> None:
+    body = (await client.get("/api/v1/pods", params={"namespace": "team-a"})).json()
+    assert set(body) == {"total", "matching", "namespaces", "pods"}
+    assert (body["total"], body["matching"]) == (5, 2)
+    pod = body["pods"][0]
+    assert set(pod) == {"namespace", "name", "state", "phase", "job_id", "job_state",
+                        "pending_reason", "slurm_node", "k8s_node", "created_at",
+                        "age_seconds", "time_to_bound_seconds", "last_event",
+                        "last_transition", "rejected"}
+    assert (pod["name"], pod["job_id"], pod["time_to_bound_seconds"]) == ("running-1", 12, 1.25)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)", pod["created_at"])
+    body = (await client.get("/api/v1/pods?state=waiting")).json()
+    assert [p["name"] for p in body["pods"]] == ["waiting-1"]
+    body = (await client.get("/api/v1/pods?q=bound&limit=1")).json()
+    assert [p["name"] for p in body["pods"]] == ["bound-1"]
+    assert (await client.get("/api/v1/pods?limit=0")).status_code == 400
+
+
+async def test_api_pod(client: Client) -> None:
+    body = (await client.get("/api/v1/pods/team-a/waiting-1")).json()
+    assert set(body) == {"pod", "uid", "labels", "annotations", "job_description",
+                         "slurm_job", "history", "events", "events_error"}
+    assert body["pod"]["pending_reason"] == "Resources"
+    assert body["events"][0]["reason"] == "InvalidAnnotation"
+    assert body["history"][0] == {"at": body["history"][0]["at"], "what": "JobSubmitted",
+                                  "detail": "Slurm job 11 submitted"}
+    assert (await client.get("/api/v1/pods/team-a/nobody")).status_code == 404
+
+
+async def test_api_nodes_policies_summary(client: Client) -> None:
+    nodes = (await client.get("/api/v1/nodes")).json()
+    assert nodes["total"] == 4
+    assert nodes["nodes"][0]["slurm_node"] == "a100-001"
+    assert set(nodes["nodes"][0]) >= {"slurm_node", "k8s_node", "slurm_state", "lock", "taint",
+                                      "drain_reason", "drain_from_kubernetes", "jobs", "pods",
+                                      "cpus_free", "memory_free_mib", "gpus_free"}
+    assert [n["slurm_node"] for n in (await client.get("/api/v1/nodes?state=locked")).json()[
+        "nodes"]] == ["h100-000"]
+    policies = (await client.get("/api/v1/policies")).json()
+    assert [p["name"] for p in policies["policies"]] == ["sunk-annotations", "sunk-pod"]
+    assert policies["policies"][0]["mappings"] == ["comment"]
+    assert policies["last_reload_ok"] is True and policies["errors"] == []
+    summary = (await client.get("/api/v1/summary")).json()
+    assert summary["pods"]["waiting"] == 1
+    assert summary["kubernetes"] == {"name": "Kubernetes API", "ok": True, "detail": "watching"}
+    assert summary["slurm"]["ok"] is True
+
+
+async def test_openapi_has_the_api_and_not_the_pages(client: Client) -> None:
+    schema = (await client.get("/schema/openapi.json")).json()
+    assert set(schema["paths"]) == {
+        "/api/v1/summary", "/api/v1/pods", "/api/v1/pods/{namespace}/{name}", "/api/v1/nodes",
+        "/api/v1/policies"}
+    params = {p["name"] for p in schema["paths"]["/api/v1/pods"]["get"]["parameters"]}
+    assert params == {"namespace", "state", "q", "limit"}
+    assert "PodRow" in schema["components"]["schemas"]
+
+
+async def test_read_only(client: Client) -> None:
+    for method in ("POST", "PUT", "PATCH", "DELETE"):
+        r = await client.request(method, "/api/v1/pods")
+        assert r.status_code == 405, method
+
+
+# -- authentication -----------------------------------------------------------------------------
+
+PATHS = ["/pods", "/pods/team-a/waiting-1", "/nodes", "/policies", "/api/v1/pods",
+         "/api/v1/summary", "/schema/openapi.json", "/static/htmx.min.js"]
+
+
+def basic(user: str, password: str) -> dict[str, str]:
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_without_credentials_everything_is_refused(make_client: MakeClient,
+                                                         path: str) -> None:
+    async with make_client(auth_token="s3cret", basic_auth=("ops", "pw")) as client:
+        r = await client.get(path)
+        assert r.status_code == 401
+        assert r.headers.get_list("www-authenticate") == ['Basic realm="sunk", charset="UTF-8"',
+                                                          'Bearer realm="sunk"']
+        assert "waiting-1" not in r.text
+
+
+@pytest.mark.parametrize("headers", [
+    {"Authorization": "Bearer wrong"}, {"Authorization": "Bearer "}, {"Authorization": "s3cret"},
+    basic("ops", "wrong"), basic("nobody", "pw"), {"Authorization": "Basic !!notbase64"},
+    {"Authorization": "Basic " + base64.b64encode(b"ops").decode()},
+])
+async def test_wrong_credentials_are_refused(make_client: MakeClient,
+                                             headers: dict[str, str]) -> None:
+    async with make_client(auth_token="s3cret", basic_auth=("ops", "pw")) as client:
+        assert (await client.get("/api/v1/pods", headers=headers)).status_code == 401
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_right_credentials_are_let_in(make_client: MakeClient, path: str) -> None:
+    async with make_client(auth_token="s3cret", basic_auth=("ops", "p:w")) as client:
+        assert (await client.get(path, headers={"Authorization": "Bearer s3cret"})
+                ).status_code == 200
+        assert (await client.get(path, headers=basic("ops", "p:w"))).status_code == 200
+
+
+async def test_token_only_asks_for_a_bearer_token(make_client: MakeClient) -> None:
+    async with make_client(auth_token="s3cret") as client:
+        r = await client.get("/pods", headers=basic("ops", "pw"))
+        assert r.status_code == 401
+        assert r.headers.get_list("www-authenticate") == ['Bearer realm="sunk"']
+
+
+async def test_refusals_carry_the_security_headers(make_client: MakeClient) -> None:
+    async with make_client(basic_auth=("ops", "pw")) as client:
+        r = await client.get("/pods")
+        assert r.status_code == 401 and "content-security-policy" in r.headers
+
+
+def test_auth_from_env() -> None:
+    assert auth_from_env({}) == {"auth_token": None, "basic_auth": None}
+    assert auth_from_env({"SUNK_DASHBOARD_TOKEN": " t \n",
+                          "SUNK_DASHBOARD_BASIC_AUTH": "ops:a:b"}) == {
+        "auth_token": "t", "basic_auth": ("ops", "a:b")}
+    for bad in ("ops", "ops:", ":pw"):
+        with pytest.raises(ValueError, match="user:password"):
+            auth_from_env({"SUNK_DASHBOARD_BASIC_AUTH": bad})
+
+
+# -- formatting ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (None, ""), (0.25, "0.2s"), (9.96, "10.0s"), (42, "42s"), (185, "3m05s"), (7620, "2h07m"),
+    (356_400, "4d03h")])
+def test_durations(seconds: float | None, text: str) -> None:
+    assert duration(seconds) == text
+
+
+@pytest.mark.parametrize(("mib", "text"), [(0, "0"), (512, "512M"), (1024, "1G"), (1536, "1.5G"),
+                                           (262144, "256G")])
+def test_memory(mib: int, text: str) -> None:
+    assert mebibytes(mib) == text

@@ -1,0 +1,212 @@
+"""The view models: what each page and API answer says about a known cluster."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from sunk.slurm import Job
+from sunk.web import views
+from sunk.web.sample import StaticScheduler, broken_policies, sample
+
+from .conftest import NOW, SCRIPT
+
+
+@pytest.mark.parametrize(("text", "names"), [
+    ("a100-001", ["a100-001"]),
+    ("a100-[001-003]", ["a100-001", "a100-002", "a100-003"]),
+    ("a100-[001,003],h100-000", ["a100-001", "a100-003", "h100-000"]),
+    ("r[1-2]-n[08-09]", ["r1-n08", "r1-n09", "r2-n08", "r2-n09"]),
+    ("", []),
+])
+def test_hostlists_expand_as_slurm_writes_them(text: str, names: list[str]) -> None:
+    assert views.expand_hostlist(text) == names
+
+
+@pytest.mark.parametrize(("gres", "count"), [
+    ("gpu:a100:8", 8), ("gpu:a100:8(S:0-1),gpu:h100:2", 10), ("gpu:4", 4),
+    ("gpu:a100:2(IDX:0,3)", 2), ("N/A", 0), ("", 0), (None, 0), ("shard:a100:4", 0),
+])
+def test_gpus_are_counted_from_gres(gres: str | None, count: int) -> None:
+    assert views.gpu_count(gres) == count
+
+
+def test_pods_are_sorted_and_described(scheduler: StaticScheduler) -> None:
+    listing = views.pods(scheduler, NOW)
+    assert [f"{p.namespace}/{p.name}" for p in listing.pods] == [
+        "team-a/running-1", "team-a/waiting-1", "team-b/bound-1", "team-b/done-1", "team-b/evil"]
+    by_name = {p.name: p for p in listing.pods}
+    assert by_name["waiting-1"].state == "waiting"
+    assert by_name["waiting-1"].pending_reason == "Resources"
+    assert by_name["running-1"].state == "running"
+    assert by_name["running-1"].time_to_bound_seconds == pytest.approx(1.25)
+    assert by_name["bound-1"].state == "bound"
+    assert by_name["done-1"].state == "finished"
+    assert by_name["evil"].state == "rejected"
+    assert 29 <= by_name["waiting-1"].age_seconds <= 31
+    assert listing.namespaces == ["team-a", "team-b"]
+
+
+def test_time_to_bound_survives_a_restart_through_the_pod_condition(
+        scheduler: StaticScheduler) -> None:
+    rec = scheduler.state.pods["team-a/running-1"]
+    rec.bound_at = None  # a record made by a scheduler process that did not bind the Pod
+    pod = scheduler.pod_informers[0].cache["team-a/running-1"]
+    bound = datetime.datetime.fromtimestamp(rec.created + 7.4, datetime.UTC)
+    pod["status"] = {"conditions": [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2000-01-01T00:00:00Z"},
+        {"type": "PodScheduled", "status": "True",
+         "lastTransitionTime": bound.strftime("%Y-%m-%dT%H:%M:%SZ")}]}
+    row = next(p for p in views.pods(scheduler, NOW).pods if p.name == "running-1")
+    assert row.time_to_bound_seconds is not None
+    assert 6.4 < row.time_to_bound_seconds <= 7.4  # the condition is to the second
+    pod["status"] = {}
+    row = next(p for p in views.pods(scheduler, NOW).pods if p.name == "running-1")
+    assert row.time_to_bound_seconds is None
+
+
+def test_a_pod_without_events_shows_its_last_transition(scheduler: StaticScheduler) -> None:
+    rows = {p.name: p for p in views.pods(scheduler, NOW).pods}
+    assert rows["bound-1"].last_event == ""
+    assert rows["bound-1"].last_transition == "Scheduled: bound to kwok-node-000"
+    assert rows["done-1"].last_transition.startswith("Scheduled")
+
+
+def test_pods_filter_by_namespace_state_and_name(scheduler: StaticScheduler) -> None:
+    assert [p.name for p in views.pods(scheduler, NOW, namespace="team-a").pods] == [
+        "running-1", "waiting-1"]
+    assert [p.name for p in views.pods(scheduler, NOW, state="waiting").pods] == ["waiting-1"]
+    assert [p.name for p in views.pods(scheduler, NOW, query="ING").pods] == [
+        "running-1", "waiting-1"]
+    limited = views.pods(scheduler, NOW, namespace="team-b", limit=2)
+    assert (limited.total, limited.matching, len(limited.pods)) == (5, 3, 2)
+
+
+def test_nodes_join_slurm_slurmd_pod_and_node(scheduler: StaticScheduler) -> None:
+    rows = {n.slurm_node: n for n in views.nodes(scheduler).nodes}
+    busy = rows["h100-000"]
+    assert (busy.k8s_node, busy.lock, busy.taint) == ("kwok-node-000", "locked",
+                                                      "true:NoSchedule")
+    assert busy.pods == ["team-a/running-1", "team-b/bound-1"]
+    assert busy.jobs == [12, 13]
+    assert (busy.cpus, busy.cpus_free, busy.gpus, busy.gpus_free) == (32, 28, 8, 6)
+    assert (busy.memory_mib, busy.memory_free_mib) == (262144, 261120)
+    cordoned = rows["a100-001"]
+    assert cordoned.state_flags == ["IDLE", "DRAIN"] and cordoned.slurm_state == "IDLE+DRAIN"
+    assert cordoned.drain_from_kubernetes and cordoned.cordoned
+    assert cordoned.drain_reason == "k8s: cordoned by kubectl"
+    assert rows["h100-002"].drain_reason.startswith("bad GPU")
+    assert not rows["h100-002"].drain_from_kubernetes
+    assert rows["a100-003"].lock == "false"  # a slurmd Pod without the annotation: unlocked
+    assert rows["a100-003"].pods == []  # its only Pod has finished
+
+
+def test_nodes_filter(scheduler: StaticScheduler) -> None:
+    def names(what: str) -> list[str]:
+        return [n.slurm_node for n in views.nodes(scheduler, state=what).nodes]
+
+    assert names("drain") == ["a100-001", "h100-002"]
+    assert names("locked") == ["h100-000"]
+    assert names("mixed") == ["h100-000"]
+    assert names("busy") == ["a100-001", "h100-000", "h100-002"]  # a100-003 is plain idle
+    assert views.nodes(scheduler, state="drain").total == 4
+
+
+def test_a_node_without_slurmd_pod_has_no_lock(scheduler: StaticScheduler) -> None:
+    scheduler.state.slurm_nodes["cpu-000"] = {"name": "cpu-000", "state": ["IDLE"],
+                                              "cpus": {"set": True, "number": 4}}
+    row = next(n for n in views.nodes(scheduler).nodes if n.slurm_node == "cpu-000")
+    assert (row.k8s_node, row.lock, row.cpus, row.gpus) == ("", "", 4, 0)
+
+
+def test_multi_node_jobs_count_on_each_node(scheduler: StaticScheduler) -> None:
+    scheduler.jobs[77] = Job(job_id=77, name="x", state="RUNNING", extra="", nodes="a100-[001,003]",
+                             reason="")
+    rows = {n.slurm_node: n for n in views.nodes(scheduler).nodes}
+    assert 77 in rows["a100-001"].jobs and 77 in rows["a100-003"].jobs
+
+
+def test_summary_counts_and_health(scheduler: StaticScheduler) -> None:
+    s = views.summary(scheduler, NOW)
+    assert s.pods == {"waiting": 1, "rejected": 1, "bound": 1, "running": 1, "terminating": 0,
+                      "finished": 1, "total": 5}
+    assert s.nodes == {"total": 4, "drain": 2, "down": 0, "locked": 1}
+    assert s.active_jobs == 3  # 11 pending, 12 and 13 running; 9 completed
+    assert s.kubernetes.ok and s.slurm.ok
+    scheduler.node_informer.last_error = "ServerError: 503"
+    scheduler.state.slurm_healthy, scheduler.state.slurm_error = False, "slurmrestd unreachable"
+    s = views.summary(scheduler, NOW)
+    assert (s.kubernetes.ok, s.kubernetes.detail) == (False, "ServerError: 503")
+    assert (s.slurm.ok, s.slurm.detail) == (False, "slurmrestd unreachable")
+
+
+def test_kubernetes_is_not_healthy_before_caches_sync(scheduler: StaticScheduler) -> None:
+    scheduler.slurmd_informer.synced.value = False
+    assert not views.kubernetes_health(scheduler).ok
+
+
+def test_policies_in_force_and_failed_reload(scheduler: StaticScheduler) -> None:
+    ok = views.policies(scheduler)
+    assert ok.last_reload_ok and ok.errors == [] and ok.error_at is None
+    assert [p.name for p in ok.policies] == ["sunk-annotations", "sunk-pod"]
+    first, second = ok.policies
+    assert first == views.PolicyInfo(
+        name="sunk-annotations", source="10-sample.yaml document 1", failure_policy="Fail",
+        actions=["Deny"], match_conditions=[], variables=[],
+        validations=[views.RuleView("InvalidAnnotation", "annotations must be valid")],
+        mappings=["comment"])
+    assert (second.failure_policy, second.actions, second.match_conditions) == (
+        "Ignore", ["Warn"], ["has-containers"])
+    assert second.validations == [views.RuleView("NoContainers",
+                                                 "object.spec.containers.size() > 0",
+                                                 computed=True)]
+    scheduler.policies = broken_policies(generation=4)
+    failed = views.policies(scheduler)
+    assert not failed.last_reload_ok and failed.generation == 4
+    assert failed.errors == [views.IssueView(
+        message="expression does not compile: found '<'", source="30-gpus.yaml document 1",
+        policy="gpus-per-pod", field="spec.validations[0].expression")]
+    assert views.summary(scheduler, NOW).policy_reload_failed
+
+
+def test_pod_detail_reads_the_pod_object_and_job(scheduler: StaticScheduler) -> None:
+    detail = views.pod_detail(scheduler, "team-b", "evil", NOW)
+    assert detail is not None
+    assert detail.annotations == {"sunk.coreweave.com/exclusive": SCRIPT}
+    assert [t.what for t in detail.history] == ["InvalidAnnotation", "seen"]  # newest first
+    running = views.pod_detail(scheduler, "team-a", "running-1", NOW)
+    assert running is not None and running.slurm_job is not None
+    assert running.slurm_job["job_state"] == "RUNNING"
+    assert views.pod_detail(scheduler, "team-a", "nobody", NOW) is None
+
+
+def test_slurm_job_record_is_flattened() -> None:
+    raw = {"job_id": 5, "job_state": ["PENDING"], "state_reason": "Resources",
+           "time_limit": {"set": True, "infinite": False, "number": 60},
+           "submit_time": {"set": True, "infinite": False, "number": 1_700_000_000},
+           "end_time": {"set": False, "infinite": False, "number": 0},
+           "priority": {"set": True, "infinite": True, "number": 0},
+           "exit_code": {"status": ["SUCCESS"], "return_code": {"set": True, "number": 0}},
+           "script": "not shown"}
+    out = views.slurm_job(Job(job_id=5, name="", state="PENDING", extra="", nodes="",
+                              reason="Resources", raw=raw))
+    assert out == {"job_id": 5, "job_state": "PENDING", "state_reason": "Resources",
+                   "time_limit": 60, "submit_time": "2023-11-14T22:13:20+00:00",
+                   "priority": "infinite", "exit_code": "0"}
+
+
+def test_events_from_the_api_server() -> None:
+    event = views.event_view({"type": "Normal", "reason": "Scheduled", "message": "ok",
+                              "lastTimestamp": "2026-01-02T03:04:05Z",
+                              "source": {"component": "sunk"}})
+    assert (event.reason, event.count, event.source) == ("Scheduled", 1, "sunk")
+    assert event.last_seen is not None and event.last_seen.year == 2026
+    assert views.event_view({"eventTime": "garbage"}).last_seen is None
+
+
+def test_sample_builds_the_benchmark_cluster() -> None:
+    s = sample(pods=200, nodes=20, seed=3)
+    assert len(views.pods(s, NOW).pods) == 200
+    assert views.nodes(s).total == 20
+    assert sum(views.summary(s, NOW).pods[st] for st in views.POD_STATES) == 200
