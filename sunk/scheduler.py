@@ -225,8 +225,7 @@ class Scheduler:
         """Jobs of ours whose Pod no longer exists are cancelled (a missed DELETED event, or a
         Pod deleted while the scheduler was down). Bound Pods whose job is gone are handled by
         reconcile itself (decide: DELETE_POD)."""
-        while True:
-            await asyncio.sleep(interval)
+        while True:  # first right away: orphans left while the scheduler was down go now
             live = {p["metadata"]["uid"] for inf in self.pod_informers for p in inf.cache.values()}
             for job_id, job in list(self.jobs.items()):
                 who, _ = translate.parse_extra(job.extra)
@@ -237,6 +236,7 @@ class Scheduler:
                     metrics.ORPHANS_CANCELLED.inc()
                 except SlurmError as exc:
                     log.warning("cancelling orphaned job %d failed: %s", job_id, exc)
+            await asyncio.sleep(interval)
 
     # -- the hook API's questions ----------------------------------------------------------------
     def pod_of_job(self, job_id: int) -> tuple[translate.PodIdentity, kube.Obj | None] | None:

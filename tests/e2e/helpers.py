@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import httpx
 import kr8s.asyncio
 from kr8s.asyncio.objects import APIObject
+
+from testbed import cluster
+from testbed.errors import TestbedError
 
 T = TypeVar("T")
 
@@ -83,3 +88,25 @@ async def events_for(kube: kr8s.asyncio.Api, namespace: str, name: str) -> list[
                              params={"fieldSelector": f"involvedObject.name={name}"}) as r:
         items: list[dict[str, Any]] = r.json()["items"]
         return items
+
+
+async def quiet(slurm: httpx.AsyncClient, testbed: cluster.Testbed,
+                nodes: list[str] | None = None) -> None:
+    """Wait until ``nodes`` (default: all) run no job and are not drained: jobs that earlier
+    tests left ending are gone. If they are not within 30 s, say what was left and clear it."""
+    wanted = set(nodes or [n.slurm_name for n in testbed.nodes])
+
+    async def idle() -> bool:
+        listed = (await slurm.get("/slurm/v0.0.42/nodes/")).json()["nodes"]
+        return all(n["state"] == ["IDLE"] for n in listed if n["name"] in wanted)
+
+    try:
+        await eventually(idle, within=30)
+    except TimeoutError:
+        print("left by earlier tests:\n" + testbed.slurm("squeue") + testbed.slurm("sinfo", "-N"))
+        testbed.slurm("scancel", "--user=root")
+        testbed.slurm("scancel", "--user=k8s-pods")
+        for node in wanted:
+            with contextlib.suppress(TestbedError):  # not drained: nothing to lift
+                testbed.slurm("scontrol", "update", f"nodename={node}", "state=resume")
+        await eventually(idle, within=30)

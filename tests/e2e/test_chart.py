@@ -17,7 +17,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -194,20 +193,10 @@ async def our_jobs(slurm: httpx.AsyncClient, namespaces: tuple[str, ...]) -> lis
     return [j for j in jobs if any(j["name"].startswith(f"pod:{ns}/") for ns in namespaces)]
 
 
-def hooks_port_free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 @pytest.fixture(scope="module")
 async def release(testbed: cluster.Testbed, kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient,
                   tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Release]:
-    if not hooks_port_free(testbed.ports["hooks"]):
+    if not procs.port_free(testbed.ports["hooks"]):
         pytest.fail("another scheduler serves the test bed's hook port; run test_chart.py "
                     "before the session's scheduler starts (it sorts first) or on its own")
     tag = secrets.token_hex(3)

@@ -13,7 +13,7 @@ import kr8s.asyncio
 from testbed import cluster
 from testbed.topology import SLURM_NAMESPACE, TestbedNode
 from tests.e2e.conftest import RunningScheduler
-from tests.e2e.helpers import create, eventually, get_pod, pod_manifest, wait_bound
+from tests.e2e.helpers import create, eventually, get_pod, pod_manifest, quiet, wait_bound
 
 LOCK = "sunk.coreweave.com/lock"
 
@@ -83,6 +83,12 @@ async def test_a_slurm_job_starts_only_after_the_node_is_cleared_then_it_is_unlo
         kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
     node = testbed.nodes[1]
+    await quiet(slurm, testbed, [node.slurm_name])
+
+    async def unlocked_at_start() -> bool:
+        return await lock_state(kube, node) == "false"
+
+    await eventually(unlocked_at_start, within=15)
     await create(kube, plain_pod("web", namespace, node))
     ds = {"apiVersion": "apps/v1", "kind": "DaemonSet",
           "metadata": {"name": "logs", "namespace": namespace},

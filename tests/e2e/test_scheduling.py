@@ -103,12 +103,19 @@ async def test_every_annotation_reaches_its_job_field(
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
     testbed.slurm("scontrol", "create", "reservation", "ReservationName=sunk-e2e",
                   "Nodes=h100-002", "StartTime=now", "Duration=10", "Users=root")
+    # Without slurmdbd (the test bed has none) Slurm forgets a job's QOS once the job starts:
+    # keep the QOS Pod's job pending, behind a job that holds the only node it may have.
+    blocker = testbed.slurm("sbatch", "--parsable", "--nodelist=a100-003", "--exclusive",
+                            "--chdir=/tmp", "--output=/dev/null", "--wrap=sleep 300").strip()
     try:
         names = []
         for i, (key, value, _, _) in enumerate(ANNOTATIONS):
             names.append(f"a{i}-{key}")
+            annotations = {f"sunk.coreweave.com/{key}": value}
+            if key == "qos":
+                annotations["sunk.coreweave.com/required-nodes"] = "a100-003"
             await create(kube, pod_manifest(names[-1], namespace, scheduler.name, cpu="1",
-                                             annotations={f"sunk.coreweave.com/{key}": value}))
+                                             annotations=annotations))
         # user-id without group-id: the group is the user's; with both: the group given.
         await create(kube, pod_manifest(
             "both-ids", namespace, scheduler.name,
@@ -135,6 +142,7 @@ async def test_every_annotation_reaches_its_job_field(
         job = await eventually(lambda: _job_when_submitted(kube, slurm, namespace, "both-ids"))
         assert (job["user_id"], job["group_id"]) == (1001, 1002), both
     finally:
+        testbed.slurm("scancel", blocker)
         testbed.slurm("scancel", "--reservation=sunk-e2e")
 
         async def reservation_deleted() -> bool:

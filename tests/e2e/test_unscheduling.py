@@ -12,7 +12,7 @@ import pytest
 
 from testbed import cluster
 from tests.e2e.conftest import RunningScheduler
-from tests.e2e.helpers import create, eventually, get_pod, pod_manifest, wait_bound
+from tests.e2e.helpers import create, eventually, get_pod, pod_manifest, quiet, wait_bound
 
 JOB_ID = "sunk.coreweave.com/job-id"
 HOLD = "sunk.test/hold"
@@ -87,6 +87,7 @@ async def test_scancel_deletes_the_pod_quickly_and_the_job_ends_before_kill_wait
         kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed, user: str | None) -> None:
     """Also as the Slurm user a Pod names: its placeholder job must reach the hook API too."""
+    await quiet(slurm, testbed)
     grace = 2
     annotations = {"sunk.coreweave.com/user-id": user} if user else {}
     await create(kube, pod_manifest("victim", namespace, scheduler.name, cpu="32", grace=grace,
@@ -181,6 +182,7 @@ async def _delete_while_pending(kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient
 async def test_a_high_priority_pod_preempts_slurm_batch_jobs_on_a_full_cluster(
         kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
+    await quiet(slurm, testbed)
     batch = []
     for _ in testbed.nodes:
         out = testbed.slurm("sbatch", "--parsable", "--partition=batch", "--exclusive",
@@ -206,6 +208,7 @@ async def test_a_high_priority_pod_preempts_slurm_batch_jobs_on_a_full_cluster(
 async def test_a_high_priority_slurm_job_preempts_a_pod_which_is_then_deleted(
         kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
+    await quiet(slurm, testbed)
     names = [f"low-{i}" for i in range(testbed.node_count)]
     for name in names:
         await create(kube, pod_manifest(name, namespace, scheduler.name, cpu="32"))
