@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -35,19 +36,32 @@ async def node_taints(kube: kr8s.asyncio.Api, node: TestbedNode) -> list[str]:
 
 
 class LockWatcher:
-    """Records every lock state a node's slurmd Pod goes through, with the time it was seen."""
+    """Records every lock state a node's slurmd Pod goes through, with the time it was seen.
+    A watch, not polling: a state may last only milliseconds and must still be seen."""
 
     def __init__(self, kube: kr8s.asyncio.Api, node: TestbedNode) -> None:
         self.kube, self.node = kube, node
         self.seen: list[tuple[float, str]] = []
+        self.watching = asyncio.Event()
         self._task = asyncio.create_task(self._run())
 
+    def _saw(self, pod: dict[str, Any]) -> None:
+        state = str(pod["metadata"].get("annotations", {}).get(LOCK, "false"))
+        if not self.seen or self.seen[-1][1] != state:
+            self.seen.append((time.time(), state))
+
     async def _run(self) -> None:
-        while True:
-            state = await lock_state(self.kube, self.node)
-            if not self.seen or self.seen[-1][1] != state:
-                self.seen.append((time.time(), state))
-            await asyncio.sleep(0.05)
+        pod = await slurmd_pod(self.kube, self.node)
+        self._saw(pod)
+        params = {"watch": "true", "fieldSelector": f"metadata.name={self.node.slurmd_pod}",
+                  "resourceVersion": pod["metadata"]["resourceVersion"]}
+        async with self.kube.call_api("GET", namespace=SLURM_NAMESPACE, url="pods",
+                                      params=params, stream=True,
+                                      timeout=httpx.Timeout(None, connect=10)) as r:
+            self.watching.set()
+            async for line in r.aiter_lines():
+                if line.strip():
+                    self._saw(json.loads(line)["object"])
 
     def states(self) -> list[str]:
         return [s for _, s in self.seen]
@@ -111,6 +125,7 @@ async def test_a_slurm_job_starts_only_after_the_node_is_cleared_then_it_is_unlo
 
     await eventually(all_running)
     watcher = LockWatcher(kube, node)
+    await asyncio.wait_for(watcher.watching.wait(), 10)
     try:
         marker = f"/tmp/sunk-lock-test-{namespace}"
         job_id = sbatch(testbed, node, f"date +%s.%N > {marker}; sleep 3")
