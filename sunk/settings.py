@@ -202,6 +202,8 @@ def from_args(argv: list[str] | None = None) -> Settings:
         elif name == "gpu_types":
             p.add_argument(flag, dest=name, action="append", default=None,
                            metavar="MODEL=TYPE", help=f"repeatable {help_text}")
+        elif name == "log_level":  # the reference deployment passes controller-runtime's name
+            p.add_argument(flag, "--zap-log-level", dest=name, default=None, help=help_text)
         else:
             p.add_argument(flag, dest=name, default=None, help=help_text)
     args = {k: v for k, v in vars(p.parse_args(argv)).items() if v is not None}

@@ -22,6 +22,7 @@ def test_reference_flags_parse() -> None:
     assert s.components == ["scheduler"]
     assert s.gpu_types == {"H100_NVLINK_80GB": "h100"}
     assert from_args(["--scope=cluster"]).namespaces() is None
+    assert from_args(["--zap-log-level=debug"]).log_level == "debug"
 
 
 def test_durations_and_bind_addresses() -> None:
