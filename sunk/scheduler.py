@@ -120,15 +120,18 @@ class Scheduler:
         while True:
             try:
                 result = await call()
-                self.state.slurm_healthy, self.state.slurm_error = True, ""
-                metrics.SLURM_UP.set(1)
+                self._slurm_health(None)
                 return result
             except SlurmError as exc:
-                self.state.slurm_healthy, self.state.slurm_error = False, str(exc)
-                metrics.SLURM_UP.set(0)
+                self._slurm_health(exc)
                 log.warning("%s failed, retrying in %.1fs: %s", what, delay, exc)
                 await asyncio.sleep(delay)
                 delay = min(30.0, delay * 2)
+
+    def _slurm_health(self, error: SlurmError | None) -> None:
+        """What the last call to slurmrestd says of it (for /readyz, the dashboard, metrics)."""
+        self.state.slurm_healthy, self.state.slurm_error = error is None, str(error or "")
+        metrics.SLURM_UP.set(error is None)
 
     def _learn(self, job: Job) -> translate.PodIdentity | None:
         """Record a job if it is ours; return the Pod it is for.
@@ -156,12 +159,10 @@ class Scheduler:
             try:
                 jobs, last = await self.slurm.jobs_changed_since(since)
             except SlurmError as exc:
-                self.state.slurm_healthy, self.state.slurm_error = False, str(exc)
-                metrics.SLURM_UP.set(0)
+                self._slurm_health(exc)
                 log.warning("polling Slurm failed: %s", exc)
                 continue
-            self.state.slurm_healthy, self.state.slurm_error = True, ""
-            metrics.SLURM_UP.set(1)
+            self._slurm_health(None)
             if last:
                 self._cursor = last
             for job in jobs:

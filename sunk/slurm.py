@@ -7,7 +7,6 @@ starved its scheduler), and per-job calls only where a Pod needs one.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -70,8 +69,6 @@ class SlurmClient:
         limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
         self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits,
                                        transport=transport)
-        self.healthy = False
-        self.last_error = ""
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -81,8 +78,7 @@ class SlurmClient:
         try:
             r = await self._http.request(method, self._prefix + path, headers=headers, **kwargs)
         except httpx.HTTPError as exc:
-            self.healthy, self.last_error = False, f"slurmrestd unreachable: {exc!r}"
-            raise SlurmError(self.last_error) from exc
+            raise SlurmError(f"slurmrestd unreachable: {exc!r}") from exc
         try:
             body: dict[str, Any] = r.json()
         except ValueError:
@@ -91,11 +87,8 @@ class SlurmClient:
                   for e in body.get("errors") or []]
         if r.status_code >= 400 or errors:
             message = "; ".join(str(e) for e in errors) or r.text.strip() or r.reason_phrase
-            if r.status_code >= 500 or r.status_code in (401, 403):
-                self.healthy, self.last_error = False, f"{r.status_code}: {message}"
             raise SlurmError(f"{method} {path}: {r.status_code} {message}",
                              status=r.status_code)
-        self.healthy, self.last_error = True, ""
         return body
 
     async def ping(self) -> bool:
@@ -142,16 +135,3 @@ class SlurmClient:
 
     async def update_node(self, name: str, fields: dict[str, Any]) -> None:
         await self._call("POST", f"/node/{name}", json=fields)
-
-
-async def retry_forever(what: str, call: Callable[[], Any], *, first: float = 0.5,
-                        cap: float = 30) -> Any:
-    """Await ``call()`` until it works, backing off exponentially on SlurmError (logged)."""
-    delay = first
-    while True:
-        try:
-            return await call()
-        except SlurmError as exc:
-            log.warning("%s failed, retrying in %.1fs: %s", what, delay, exc)
-            await asyncio.sleep(delay)
-            delay = min(cap, delay * 2)

@@ -117,7 +117,7 @@ class Syncer:
     def _on_pod(self, kind: str, pod: kube.Obj) -> None:
         """A Pod on a locking Node changed (an evicted Pod went): look at that node again."""
         node_name = (pod.get("spec") or {}).get("nodeName")
-        if not node_name:
+        if not node_name or not self.requests:  # most Pod events: no lock is being taken
             return
         for slurm_node, k8s in self.sched.slurm_to_k8s().items():
             if k8s == node_name and slurm_node in self.requests:

@@ -11,8 +11,11 @@ import httpx
 import kr8s.asyncio
 from kr8s.asyncio.objects import APIObject
 
+from sunk.kube import close as close_api
 from testbed import cluster
 from testbed.errors import TestbedError
+
+__all__ = ["close_api"]  # sunk.kube.close, under the name the tests use
 
 T = TypeVar("T")
 
@@ -29,12 +32,6 @@ async def eventually(check: Callable[[], Awaitable[T | None]], within: float = 3
 async def kube_list(kube: kr8s.asyncio.Api, kind: str, **kwargs: Any) -> list[dict[str, Any]]:
     """Objects of ``kind`` as plain dicts."""
     return [o.raw if isinstance(o, APIObject) else o async for o in kube.async_get(kind, **kwargs)]
-
-
-async def close_api(api: kr8s.asyncio.Api) -> None:
-    """kr8s has no close(); its httpx session must still be closed before the loop ends."""
-    if api._session is not None:
-        await api._session.aclose()
 
 
 def pod_manifest(name: str, namespace: str, scheduler: str, *, cpu: str = "1",

@@ -43,6 +43,18 @@ async def release(kube: kr8s.asyncio.Api, namespace: str, name: str) -> None:
         pass
 
 
+async def held_pod(kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+                   scheduler: RunningScheduler, name: str) -> tuple[str, str]:
+    """A whole-node Pod whose object outlives its deletion (our finalizer), once bound: its
+    job id and Slurm node."""
+    manifest = pod_manifest(name, namespace, scheduler.name, cpu="32")
+    manifest["metadata"]["finalizers"] = [HOLD]
+    await create(kube, manifest)
+    pod = await wait_bound(kube, namespace, name)
+    job_id = pod["metadata"]["annotations"][JOB_ID]
+    return job_id, str((await job(slurm, job_id))["nodes"])
+
+
 async def gone(kube: kr8s.asyncio.Api, namespace: str, name: str) -> bool:
     return await get_pod(kube, namespace, name) is None
 
@@ -50,12 +62,7 @@ async def gone(kube: kr8s.asyncio.Api, namespace: str, name: str) -> bool:
 async def test_deleting_a_running_pod_ends_its_job_and_frees_the_node_only_once_it_is_gone(
         kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
-    manifest = pod_manifest("held", namespace, scheduler.name, cpu="32")
-    manifest["metadata"]["finalizers"] = [HOLD]
-    await create(kube, manifest)
-    pod = await wait_bound(kube, namespace, "held")
-    job_id = pod["metadata"]["annotations"][JOB_ID]
-    node = (await job(slurm, job_id))["nodes"]
+    job_id, node = await held_pod(kube, slurm, namespace, scheduler, "held")
     await delete(kube, namespace, "held")
 
     async def cancelled() -> bool:
@@ -112,12 +119,7 @@ async def test_scancel_deletes_the_pod_quickly_and_the_job_ends_before_kill_wait
 async def test_a_pod_whose_deletion_hangs_drains_the_node_before_kill_wait(
         kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
-    manifest = pod_manifest("stuck", namespace, scheduler.name, cpu="32")
-    manifest["metadata"]["finalizers"] = [HOLD]
-    await create(kube, manifest)
-    pod = await wait_bound(kube, namespace, "stuck")
-    job_id = pod["metadata"]["annotations"][JOB_ID]
-    node = (await job(slurm, job_id))["nodes"]
+    job_id, node = await held_pod(kube, slurm, namespace, scheduler, "stuck")
     try:
         started = time.monotonic()
         testbed.slurm("scancel", job_id)

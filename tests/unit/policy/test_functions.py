@@ -9,7 +9,8 @@ import pytest
 from celpy.evaluation import CELEvalError
 
 from sunk.policy.cel import compile_expression, new_activation, to_cel
-from sunk.policy.functions import FUNCTIONS, Quantity
+from sunk.policy.functions import FUNCTIONS
+from sunk.quantity import Quantity
 
 
 def run(expression: str, **values: Any) -> Any:
