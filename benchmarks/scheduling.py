@@ -3,10 +3,11 @@
     python -m benchmarks.scheduling --pods 400 --nodes 100 [--markdown docs/benchmarks.md]
 
 1. Baseline: the same number of placeholder jobs submitted straight to slurmrestd (8 at a
-   time), timed until every job's script has started (it appends ": started" to ``extra``).
+   time), timed until every job's script has started: it appends ": started" to ``extra``,
+   then reports it through its ``started`` hook, here answered by the benchmark itself.
 2. sunk: that many Pods created through the API server (8 at a time), timed until every Pod is
    bound. A Pod is bound only after its own placeholder job has started, so the baseline is
-   the ceiling: sunk adds the API server round trips and its own polling.
+   the ceiling: sunk adds the API server's work, kwok's, and its own.
 
 Both phases run the project's prolog (node locks through the scheduler's hook API) exactly as
 the test bed's Slurm is configured. Needs root and the test bed (started if none is up).
@@ -22,12 +23,15 @@ import platform
 import ssl
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+from aiohttp import web
 
+from benchmarks import cpu
+from sunk.placement import LOCK_TAINT
 from testbed import cluster, procs
 from testbed.errors import TestbedError
 from testbed.scheduler import RunningScheduler, start_scheduler
@@ -43,6 +47,10 @@ class Phase:
     count: int
     wall: float
     latencies: list[float]
+    #: CPU seconds per part of the test bed during the phase (:mod:`benchmarks.cpu`).
+    cpu: dict[str, float] = field(default_factory=dict)
+    #: API server requests during the phase, by verb and resource.
+    api_requests: dict[str, float] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -84,11 +92,11 @@ async def _within(task: asyncio.Task[None], done: dict[Any, float], count: int,
         raise TestbedError(f"only {len(done)} of {count} {what} after {TIMEOUT:.0f}s") from exc
 
 
-async def baseline(tb: cluster.Testbed, slurm: httpx.AsyncClient, count: int) -> Phase:
+async def baseline(slurm: httpx.AsyncClient, count: int, reports: StartedReports) -> Phase:
     submitted: dict[int, float] = {}
-    started: dict[int, float] = {}
-    t0 = time.monotonic()
-    run_id = int(time.time())  # jobs of an earlier run may still be listed
+    started = reports.started
+    t0, cpu0 = time.monotonic(), cpu.sample()
+    run_id = int(time.time())
 
     def submit(i: int) -> Any:
         async def call() -> None:
@@ -99,40 +107,94 @@ async def baseline(tb: cluster.Testbed, slurm: httpx.AsyncClient, count: int) ->
                                                                         "number": 100},
                    "standard_output": "/dev/null",
                    "environment": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin",
-                                   f"SUNK_JOB_EXTRA={extra}", "SUNK_KILL_WAIT=30"]}
+                                   f"SUNK_JOB_EXTRA={extra}", "SUNK_KILL_WAIT=30",
+                                   f"SUNK_HOOKS_ENV={reports.hooks_env}"]}
+            at = time.monotonic()  # as for a Pod: from when the request is sent
             r = await slurm.post("/slurm/v0.0.42/job/submit", json={"job": job})
             r.raise_for_status()
-            submitted[int(r.json()["job_id"])] = time.monotonic()
+            submitted[int(r.json()["job_id"])] = at
 
         return call
 
-    poller = asyncio.create_task(_watch_started(slurm, started, count,
-                                                f"bench-baseline-{run_id}-"))
     await _bounded([submit(i) for i in range(count)])
-    await _within(poller, started, count, "placeholder jobs started")
+    await _within(asyncio.create_task(reports.wait_for(count)), started, count,
+                  "placeholder jobs started")
     latencies = [started[j] - submitted[j] for j in submitted]
-    return Phase("raw Slurm (submit to started)", count, max(started.values()) - t0, latencies)
+    return Phase("raw Slurm (submit to started)", count, max(started.values()) - t0, latencies,
+                 cpu.used(cpu0, cpu.sample()))
 
 
-async def _watch_started(slurm: httpx.AsyncClient, started: dict[int, float],
-                         count: int, prefix: str) -> None:
-    since = 0
-    while len(started) < count:
-        params = {"update_time": str(max(0, since - 1))} if since else {}
-        r = await slurm.get("/slurm/v0.0.42/jobs/", params=params)
-        body = r.json()
-        now = time.monotonic()
-        for job in body["jobs"]:
-            if job["extra"].startswith(prefix) and job["extra"].endswith(": started"):
-                started.setdefault(int(job["job_id"]), now)
-        since = int(body["last_update"]["number"] or since)
-        await asyncio.sleep(0.2)
+class StartedReports:
+    """Where the baseline's placeholder scripts report ``started``: the script calls its hook
+    right after appending ``: started`` to the job's extra (the moment sunk binds a Pod), so
+    no polling of Slurm loads the baseline. Any other hook call (``terminating``, when the
+    jobs are cancelled) is told that no Pod belongs to the job, so the job ends at once.
+
+    The baseline's jobs find it through a hooks env file of their own (``SUNK_HOOKS_ENV``);
+    the prolog still locks nodes through the scheduler, as in the sunk phase."""
+
+    def __init__(self, tb: cluster.Testbed) -> None:
+        self.tb = tb
+        self.started: dict[int, float] = {}
+        self.hooks_env = "/tmp/sunk-benchmark-hooks.env"  # inside the chroot
+        self._changed = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+
+    async def __aenter__(self) -> StartedReports:
+        async def on_started(request: web.Request) -> web.Response:
+            self.started.setdefault(int(request.match_info["job"]), time.monotonic())
+            self._changed.set()
+            return web.json_response({"pod": "", "gone": False})
+
+        async def unknown(request: web.Request) -> web.Response:
+            return web.json_response({"detail": "no Pod: a benchmark job"}, status=404)
+
+        app = web.Application()
+        app.router.add_post("/hooks/v1/jobs/{job}/started", on_started)
+        app.router.add_route("*", "/{tail:.*}", unknown)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self._write_env(f"SUNK_HOOK_URL=http://127.0.0.1:{self._runner.addresses[0][1]}\n"
+                        "SUNK_HOOK_TOKEN=benchmark\n")
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self._write_env(None)
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def _write_env(self, text: str | None) -> None:
+        path = Path(self.tb.chroot, self.hooks_env.lstrip("/"))
+        if text is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(text)
+
+    async def wait_for(self, count: int) -> None:
+        while len(self.started) < count:
+            self._changed.clear()
+            await self._changed.wait()
+
+
+async def _api_requests(kube: httpx.AsyncClient) -> dict[str, float]:
+    """The API server's request counters (``apiserver_request_total``) by verb and resource."""
+    counts: dict[str, float] = {}
+    for line in (await kube.get("/metrics")).text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(part.split("=", 1) for part in
+                      line[line.index("{") + 1:line.rindex("}")].replace('"', "").split(","))
+        what = f"{labels.get('verb')} {labels.get('resource')}" + (
+            f"/{labels['subresource']}" if labels.get("subresource") else "")
+        counts[what] = counts.get(what, 0.0) + float(line.rsplit(" ", 1)[1])
+    return counts
 
 
 async def through_sunk(kube: httpx.AsyncClient, count: int) -> Phase:
     created: dict[str, float] = {}
     bound: dict[str, float] = {}
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), cpu.sample()
 
     def create(i: int) -> Any:
         async def call() -> None:
@@ -148,11 +210,17 @@ async def through_sunk(kube: httpx.AsyncClient, count: int) -> Phase:
 
         return call
 
+    requests0 = await _api_requests(kube)
     watcher = asyncio.create_task(_watch_bound(kube, bound, count))
     await _bounded([create(i) for i in range(count)])
     await _within(watcher, bound, count, "Pods bound")
     latencies = [bound[n] - created[n] for n in created]
-    return Phase("sunk (Pod created to bound)", count, max(bound.values()) - t0, latencies)
+    phase = Phase("sunk (Pod created to bound)", count, max(bound.values()) - t0, latencies,
+                  cpu.used(cpu0, cpu.sample()))
+    requests1 = await _api_requests(kube)
+    phase.api_requests = {k: v - requests0.get(k, 0.0) for k, v in requests1.items()
+                          if v - requests0.get(k, 0.0) >= 1}
+    return phase
 
 
 async def _watch_bound(kube: httpx.AsyncClient, bound: dict[str, float], count: int) -> None:
@@ -169,16 +237,24 @@ async def _watch_bound(kube: httpx.AsyncClient, bound: dict[str, float], count: 
                     return
 
 
-async def _drain(tb: cluster.Testbed, slurm: httpx.AsyncClient) -> None:
-    """Cancel every job and wait until every Slurm node is idle again."""
+async def _drain(tb: cluster.Testbed, slurm: httpx.AsyncClient,
+                 kube: httpx.AsyncClient) -> None:
+    """Cancel every job, and wait until every Slurm node is idle and every node lock is
+    released again: each phase starts from the same quiet cluster, and does not pay for
+    the previous one's unlocking."""
     tb.slurm("scancel", "--user=root")
     tb.slurm("scancel", "--user=k8s-pods")
     for _ in range(300):
         r = await slurm.get("/slurm/v0.0.42/nodes/")
-        if all(n["state"] == ["IDLE"] for n in r.json()["nodes"]):
+        idle = all(n["state"] == ["IDLE"] for n in r.json()["nodes"])
+        nodes = (await kube.get("/api/v1/nodes")).json()["items"]
+        locked = [n for n in nodes if any(t["key"] == LOCK_TAINT
+                                          for t in n["spec"].get("taints") or [])]
+        if idle and not locked:
             return
         await asyncio.sleep(0.5)
-    raise TestbedError("Slurm nodes did not go idle after cancelling the benchmark's jobs")
+    raise TestbedError("Slurm nodes did not go idle, or their locks were not released, after "
+                       "cancelling the benchmark's jobs")
 
 
 async def run(tb: cluster.Testbed, pods: int) -> tuple[Phase, Phase]:
@@ -186,27 +262,40 @@ async def run(tb: cluster.Testbed, pods: int) -> tuple[Phase, Phase]:
                                  timeout=60) as slurm, _kube_client(tb) as kube:
         await kube.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
                                                      "metadata": {"name": NAMESPACE}})
+        await _drain(tb, slurm, kube)
         print(f"baseline: {pods} placeholder jobs straight to slurmrestd ...", file=sys.stderr)
-        raw = await baseline(tb, slurm, pods)
-        await _drain(tb, slurm)
+        async with StartedReports(tb) as reports:
+            raw = await baseline(slurm, pods, reports)
+            await _drain(tb, slurm, kube)
         print(f"sunk: {pods} Pods through the API server ...", file=sys.stderr)
         ours = await through_sunk(kube, pods)
         await kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods",
                            params={"gracePeriodSeconds": "0"})
-        await _drain(tb, slurm)
+        await _drain(tb, slurm, kube)
         return raw, ours
 
 
 def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in
-                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
-               platform.processor())
-    return f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}"
+    model = next((line.split(":", 1)[1].strip() for line in
+                  Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    return f"{os.cpu_count()} cores ({model}), Python {platform.python_version()}"
+
+
+KUBE_PARTS = ("kube-apiserver", "etcd", "kwok")
+
+
+def _per_item(phase: Phase, part: str) -> float:
+    return 1000 * phase.cpu.get(part, 0.0) / phase.count
 
 
 def report(raw: Phase, ours: Phase, nodes: int) -> str:
     ratio = ours.rate / raw.rate
     gap = ours.pct(0.99) - raw.pct(0.99)
+    # CPU per Pod if sunk-scheduler used what it uses in the baseline (serving lock hooks)
+    scheduler_extra = _per_item(ours, "sunk-scheduler") - _per_item(raw, "sunk-scheduler")
+    ceiling = _per_item(raw, "machine total") / max(
+        1e-9, _per_item(ours, "machine total") - scheduler_extra)
     return "\n".join([
         f"{ours.count} Pods on {nodes} Slurm nodes; {machine()}.",
         "",
@@ -219,6 +308,31 @@ def report(raw: Phase, ours: Phase, nodes: int) -> str:
         "(target at least 0.90).",
         f"Creation-to-bound p99 minus the baseline's submit-to-started p99: **{gap:+.2f} s** "
         "(target within 1 s).",
+        "",
+        f"The machine is saturated in both phases, so the ratio is about CPU per item: "
+        f"{_per_item(raw, 'machine total'):.0f} ms per raw job, "
+        f"{_per_item(ours, 'machine total'):.0f} ms per Pod. Of the difference, sunk-scheduler "
+        f"is {_per_item(ours, 'sunk-scheduler') - _per_item(raw, 'sunk-scheduler'):.0f} ms; "
+        f"the Kubernetes side (API server, etcd, kwok) "
+        f"{sum(_per_item(ours, p) - _per_item(raw, p) for p in KUBE_PARTS):.0f} ms. "
+        f"With a scheduler that cost nothing, the ratio could reach at most **{ceiling:.2f}**.",
+        "",
+        "CPU used during each phase, per item (ms of CPU per job or Pod):",
+        "",
+        "| part | raw Slurm | sunk |",
+        "|---|---|---|",
+        *(f"| {part} | {1000 * raw.cpu.get(part, 0) / raw.count:.1f} | "
+          f"{1000 * ours.cpu.get(part, 0) / ours.count:.1f} |"
+          for part in sorted(set(raw.cpu) | set(ours.cpu),
+                             key=lambda p: -ours.cpu.get(p, 0))),
+        "",
+        "API server requests during the sunk phase, per Pod (the benchmark's own: one create "
+        "per Pod and one watch):",
+        "",
+        "| request | per Pod |",
+        "|---|---|",
+        *(f"| {what} | {n / ours.count:.2f} |" for what, n in
+          sorted(ours.api_requests.items(), key=lambda kv: -kv[1]) if n / ours.count >= 0.01),
     ])
 
 
@@ -260,6 +374,8 @@ def _main(args: argparse.Namespace) -> int:
     text = report(raw, ours, args.nodes)
     print(text)
     print(json.dumps({"raw_per_s": raw.rate, "sunk_per_s": ours.rate,
+                      "raw_cpu_ms": _per_item(raw, "machine total"),
+                      "sunk_cpu_ms": _per_item(ours, "machine total"),
                       "raw_p99": raw.pct(0.99), "sunk_p99": ours.pct(0.99)}))
     if args.markdown:
         with args.markdown.open("a") as f:

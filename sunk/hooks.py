@@ -78,7 +78,8 @@ def create_hooks_app(scheduler: HookScheduler, *, token: Callable[[], str | None
                      locks: HookLocks | None = None, max_in_flight: int = 64) -> Litestar:
     in_flight = asyncio.Semaphore(max_in_flight)
 
-    def authorized(connection: ASGIConnection, _: BaseRouteHandler) -> None:  # type: ignore[type-arg]
+    async def authorized(connection: ASGIConnection, _: BaseRouteHandler) -> None:  # type: ignore[type-arg]
+        # async: Litestar runs a plain function guard in a worker thread, a thread hop per call
         expected = token()
         if not expected:
             raise HTTPException(status_code=503,

@@ -4,8 +4,10 @@ Level-triggered. Each Pod is reconciled by :func:`sunk.decide.decide` from two i
 as the API server has it and its job as Slurm has it, so the loop can stop and start anywhere:
 
 - the Pod informer (list-then-watch) wakes a Pod when it changes;
-- one shared Slurm poller asks slurmrestd only for jobs changed since its last poll, and wakes
-  the Pods whose jobs changed (no listing of every job per Pod);
+- one shared Slurm poller reads every job's state in one cheap call, and a job's details only
+  where they matter (:mod:`sunk.jobpoll`), and wakes the Pods whose jobs changed (no listing
+  of every job per Pod, nor per poll);
+- the placeholder job's ``started`` hook binds its Pod without waiting for a poll;
 - a work queue hands each Pod to one worker at a time.
 
 On start it lists every job once, and adopts the jobs it submitted earlier (each names its Pod's
@@ -24,7 +26,7 @@ from typing import Any
 
 import kr8s.asyncio
 
-from sunk import kube, metrics, placement, translate
+from sunk import jobpoll, kube, metrics, placement, translate
 from sunk.decide import JobView, PodView, Step, decide
 from sunk.policy.loader import PolicyStore
 from sunk.settings import Settings
@@ -53,8 +55,10 @@ class Scheduler:
         self.jobs: dict[int, Job] = {}
         #: Pod uid -> id of the newest job of ours for it (for adoption and cancellation).
         self.job_by_uid: dict[str, int] = {}
-        self._cursor = 0
         self._slurm_nodes: frozenset[str] | None = None
+        self._slurm_nodes_generation = 0
+        self._slurm_to_k8s: tuple[int, dict[str, str]] | None = None
+        self._snapshot: tuple[tuple[int, int, int], placement.Snapshot] | None = None
         self.job_id_key = settings.annotation("job-id")
         self.rejected_key = settings.annotation("rejected")
         self.translate_settings = translate.TranslateSettings(
@@ -107,12 +111,11 @@ class Scheduler:
                      ", ".join(self.settings.namespaces() or ["all namespaces"]))
 
     async def _adopt_jobs(self) -> None:
-        """One full job listing at start: learn every job of ours, and where the poll resumes."""
-        jobs, last = await self._slurm_retry("listing jobs",
-                                             lambda: self.slurm.jobs_changed_since(0))
+        """One full job listing at start: learn every job of ours (the poll then reads only
+        states)."""
+        jobs = await self._slurm_retry("listing jobs", self.slurm.all_jobs)
         for job in jobs:
             self._learn(job)
-        self._cursor = last
         log.info("adopted %d jobs of ours from Slurm", len(self.jobs))
 
     async def _slurm_retry(self, what: str, call: Any) -> Any:
@@ -150,24 +153,63 @@ class Scheduler:
         return who
 
     async def _poll_slurm(self) -> None:
-        """The one Slurm poller: jobs changed since the last poll wake their Pods."""
+        """The one Slurm poller: every job's state in one cheap call, a job's details only
+        where they matter (:mod:`sunk.jobpoll`); jobs that changed wake their Pods."""
         while True:
             await asyncio.sleep(self.settings.slurm_poll_interval)
-            # A change in the same second as the last one seen would be missed by "newer
-            # than": ask from one second earlier and let reconciling be idempotent.
-            since = max(0, self._cursor - 1)
+            asked = set(self.jobs)
             try:
-                jobs, last = await self.slurm.jobs_changed_since(since)
+                states = await self.slurm.job_states()
+                self._slurm_health(None)
+                await self._follow(states, asked)
             except SlurmError as exc:
                 self._slurm_health(exc)
                 log.warning("polling Slurm failed: %s", exc)
+
+    async def _follow(self, states: Mapping[int, str], asked: set[int]) -> None:
+        now = time.monotonic()
+        followed = {job_id: jobpoll.Followed(job.state, translate.parse_extra(job.extra)[1],
+                                             job.checked_at, job.reason)
+                    for job_id, job in self.jobs.items()}
+        plan = jobpoll.plan_poll(followed, states, now=now, asked=asked)
+        for job_id, state in plan.changed.items():
+            changed = self.jobs[job_id]
+            changed.state, changed.checked_at = state, now
+            if state != "PENDING":
+                changed.reason = ""
+            self._wake(changed)
+        for job_id in plan.gone:
+            self._forget(job_id)
+        for job_id in plan.fetch:
+            before = self.jobs.get(job_id)
+            fresh = await self.slurm.job(job_id)
+            if fresh is None:
+                self._forget(job_id)
                 continue
-            self._slurm_health(None)
-            if last:
-                self._cursor = last
-            for job in jobs:
-                if (who := self._learn(job)) is not None:
-                    self.queue.add(f"{who.namespace}/{who.name}")
+            if before is not None and translate.parse_extra(before.extra)[1] and not (
+                    translate.parse_extra(fresh.extra)[1]):
+                continue  # read before the started hook arrived: keep what the hook said
+            self._learn(fresh)
+            if before is None or (before.state, before.extra, before.nodes, before.reason) != (
+                    fresh.state, fresh.extra, fresh.nodes, fresh.reason):
+                self._wake(fresh)
+
+    def _forget(self, job_id: int) -> None:
+        """Slurm no longer knows the job (purged after MinJobAge, or lost): its Pod, if still
+        there, is reconciled against a missing job."""
+        job = self.jobs.pop(job_id, None)
+        if job is None:
+            return
+        who, _ = translate.parse_extra(job.extra)
+        if who is not None and self.job_by_uid.get(who.uid) == job_id:
+            del self.job_by_uid[who.uid]
+        self._wake(job)
+
+    def _wake(self, job: Job) -> None:
+        """Reconcile the Pod a job of ours is for."""
+        who, _ = translate.parse_extra(job.extra)
+        if who is not None:
+            self.queue.add(who.key)
 
     async def _poll_slurm_nodes(self, interval: float = 2.0) -> None:
         """Slurm's nodes, now and then: which exist (for placement) and their state (for the
@@ -178,7 +220,10 @@ class Scheduler:
             except SlurmError as exc:
                 log.warning("listing Slurm nodes failed: %s", exc)
             else:
-                self._slurm_nodes = frozenset(n["name"] for n in nodes)
+                names = frozenset(n["name"] for n in nodes)
+                if names != self._slurm_nodes:
+                    self._slurm_nodes = names
+                    self._slurm_nodes_generation += 1
                 self.state.slurm_nodes = {n["name"]: n for n in nodes}
             self._note_kube_health()
             await asyncio.sleep(interval)
@@ -404,16 +449,27 @@ class Scheduler:
         task.add_done_callback(self._background.discard)
 
     def slurm_to_k8s(self) -> dict[str, str]:
-        """Slurm node name -> Kubernetes Node name, from the live slurmd Pods."""
+        """Slurm node name -> Kubernetes Node name, from the live slurmd Pods (computed again
+        only when a slurmd Pod changed; callers must not modify it)."""
+        generation = self.slurmd_informer.generation
+        if self._slurm_to_k8s is not None and self._slurm_to_k8s[0] == generation:
+            return self._slurm_to_k8s[1]
         mapping = {}
         for p in self.slurmd_informer.cache.values():
             spec = p.get("spec") or {}
             if spec.get("hostname") and spec.get("nodeName") and not (
                     p["metadata"].get("deletionTimestamp")):
                 mapping[spec["hostname"]] = spec["nodeName"]
+        self._slurm_to_k8s = (generation, mapping)
         return mapping
 
     def snapshot(self) -> placement.Snapshot:
+        """The cluster as placement sees it; built again only when a Node, a slurmd Pod or
+        the list of Slurm nodes changed (not for every Pod)."""
+        version = (self.node_informer.generation, self.slurmd_informer.generation,
+                   self._slurm_nodes_generation)
+        if self._snapshot is not None and self._snapshot[0] == version:
+            return self._snapshot[1]
         slurm_to_k8s = self.slurm_to_k8s()
         nodes = {
             name: placement.NodeInfo(
@@ -421,8 +477,10 @@ class Scheduler:
                 taints=tuple((n.get("spec") or {}).get("taints") or ()),
                 unschedulable=bool((n.get("spec") or {}).get("unschedulable")))
             for name, n in self.node_informer.cache.items()}
-        return placement.Snapshot(slurm_to_k8s=slurm_to_k8s, nodes=nodes,
-                                  slurm_nodes=self._slurm_nodes)
+        snapshot = placement.Snapshot(slurm_to_k8s=slurm_to_k8s, nodes=nodes,
+                                      slurm_nodes=self._slurm_nodes)
+        self._snapshot = (version, snapshot)
+        return snapshot
 
     def _namespace(self, name: str) -> Mapping[str, Any] | None:
         return None  # namespaceObject: filled once the scheduler watches Namespaces
@@ -430,7 +488,7 @@ class Scheduler:
     async def _submit(self, pod: kube.Obj, record: PodRecord) -> None:
         meta = pod["metadata"]
         existing = self.job_by_uid.get(meta["uid"])
-        if existing is not None and not self.jobs[existing].finished:
+        if existing is not None and existing in self.jobs and not self.jobs[existing].finished:
             await self._annotate(pod, {self.job_id_key: str(existing)})
             record.note("adopted", f"job {existing}")
             log.info("pod %s: adopted job %d", kube.key(pod), existing)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,6 +36,24 @@ def parse_bind(address: str) -> tuple[str, int]:
     if not sep or not port.isdigit():
         raise ValueError(f"not a bind address: {address!r} (use host:port or :port)")
     return (host.strip("[]") or "0.0.0.0"), int(port)
+
+
+#: How long a token read from a file is used before the file is read again.
+SECRET_FILE_TTL = 1.0
+_secret_files: dict[Path, tuple[float, str]] = {}
+
+
+def read_secret_file(path: Path) -> str:
+    """A token file's text, read again at most once a second: a rotated token takes effect
+    within a second, and the hot path (every Slurm call, every hook call) does not open a
+    file each time."""
+    now = time.monotonic()
+    cached = _secret_files.get(path)
+    if cached is not None and now < cached[0]:
+        return cached[1]
+    text = path.read_text().strip()
+    _secret_files[path] = (now + SECRET_FILE_TTL, text)
+    return text
 
 
 class Settings(BaseSettings):
@@ -166,7 +185,7 @@ class Settings(BaseSettings):
 
     def slurm_token(self) -> str:
         if self.slurm_auth_token_file is not None:
-            return self.slurm_auth_token_file.read_text().strip()
+            return read_secret_file(self.slurm_auth_token_file)
         if self.slurm_auth_token is not None:
             return self.slurm_auth_token.get_secret_value()
         raise ValueError("no Slurm token: set --slurm-auth-token or --slurm-auth-token-file")
@@ -182,7 +201,7 @@ class Settings(BaseSettings):
 
     def hook_token(self) -> str | None:
         if self.hooks_token_file is not None:
-            return self.hooks_token_file.read_text().strip()
+            return read_secret_file(self.hooks_token_file)
         return self.hooks_token.get_secret_value() if self.hooks_token else None
 
 

@@ -1,22 +1,32 @@
 """slurmrestd: the only module that talks to Slurm.
 
-Calls are small and few on the hot path: one ``jobs?update_time=`` listing per poll returns just
-the jobs that changed since the last one (a peer project listed every job in full per Pod and
-starved its scheduler), and per-job calls only where a Pod needs one.
+Calls are small and few on the hot path: one ``jobs/state`` listing per poll (ids and states
+only), and a job's full record only where it matters (:mod:`sunk.jobpoll`). The full listing,
+``GET /jobs/``, is read once, at start-up, to adopt jobs: its ``update_time`` filter returns
+every job as soon as any one changed, and a peer project that listed every job per Pod starved
+its scheduler.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import msgspec
+from httpx_aiohttp import HttpxAiohttpClient
 
 from sunk.decide import FINISHED_STATES
 
 log = logging.getLogger("sunk.slurm")
+
+
+#: msgspec decodes slurmrestd's job listings several times faster than json does.
+_decode = msgspec.json.Decoder().decode
 
 
 class SlurmError(Exception):
@@ -42,6 +52,8 @@ class Job:
     nodes: str
     reason: str
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
+    #: When this record was read from Slurm, or its state last changed (monotonic seconds).
+    checked_at: float = field(default_factory=time.monotonic)
 
     @classmethod
     def from_api(cls, raw: dict[str, Any]) -> Job:
@@ -67,8 +79,10 @@ class SlurmClient:
         self._user = user
         self._prefix = f"/slurm/{version}"
         limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
-        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits,
-                                       transport=transport)
+        # httpx's API on aiohttp's connections: httpcore's pool and TLS layers cost about
+        # twice the CPU per call (docs/benchmarks.md), and the scheduler is CPU-bound.
+        self._http = HttpxAiohttpClient(base_url=base_url, timeout=timeout, limits=limits,
+                                        transport=transport)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -80,8 +94,8 @@ class SlurmClient:
         except httpx.HTTPError as exc:
             raise SlurmError(f"slurmrestd unreachable: {exc!r}") from exc
         try:
-            body: dict[str, Any] = r.json()
-        except ValueError:
+            body: dict[str, Any] = _decode(r.content)
+        except msgspec.DecodeError:
             body = {}
         errors = [e.get("description") or e.get("error") or str(e)
                   for e in body.get("errors") or []]
@@ -110,12 +124,19 @@ class SlurmClient:
         jobs = body.get("jobs") or []
         return Job.from_api(jobs[0]) if jobs else None
 
-    async def jobs_changed_since(self, update_time: int) -> tuple[list[Job], int]:
-        """Jobs updated after ``update_time`` (0: all), and the time to ask from next."""
-        params = {"update_time": str(update_time)} if update_time else {}
-        body = await self._call("GET", "/jobs/", params=params)
-        last = int((body.get("last_update") or {}).get("number") or 0)
-        return [Job.from_api(j) for j in body.get("jobs") or []], last
+    async def all_jobs(self) -> list[Job]:
+        """Every job Slurm knows, in full (about 18 kB each): for start-up only."""
+        body = await self._call("GET", "/jobs/")
+        return [Job.from_api(j) for j in body.get("jobs") or []]
+
+    async def job_states(self) -> dict[int, str]:
+        """Every job's id and state: the cheap listing, about 80 bytes a job."""
+        body = await self._call("GET", "/jobs/state/")
+        states: dict[int, str] = {}
+        for j in body.get("jobs") or []:
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                states[int(j["job_id"])] = (j.get("state") or ["UNKNOWN"])[0]
+        return states
 
     async def cancel(self, job_id: int) -> None:
         try:

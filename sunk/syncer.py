@@ -60,6 +60,10 @@ class Syncer:
         self.settings = scheduler.settings
         self.pods = kube.Informer(self.api, "pods", handler=self._on_pod)
         self.requests: dict[str, LockRequest] = {}
+        #: The Pods on each Node, kept by the Pod handler (a lock looks at one Node's Pods;
+        #: scanning every Pod in the cluster for them cost 5% of the scheduler's CPU).
+        self._on_node: dict[str, dict[str, kube.Obj]] = {}
+        self._node_of: dict[str, str] = {}
         self.queue = WorkQueue()
         self._changed: dict[str, asyncio.Event] = {}
         self._evict_refused: set[tuple[str, str]] = set()
@@ -115,8 +119,18 @@ class Syncer:
                 self.queue.done(node)
 
     def _on_pod(self, kind: str, pod: kube.Obj) -> None:
-        """A Pod on a locking Node changed (an evicted Pod went): look at that node again."""
+        """Keep the index of Pods by Node; a Pod on a locking Node changed (an evicted Pod
+        went): look at that node again."""
+        key = kube.key(pod)
         node_name = (pod.get("spec") or {}).get("nodeName")
+        if (was := self._node_of.pop(key, None)) is not None:
+            on_node = self._on_node[was]
+            on_node.pop(key, None)
+            if not on_node:
+                del self._on_node[was]
+        if node_name and kind != "DELETED":
+            self._on_node.setdefault(node_name, {})[key] = pod
+            self._node_of[key] = node_name
         if not node_name or not self.requests:  # most Pod events: no lock is being taken
             return
         for slurm_node, k8s in self.sched.slurm_to_k8s().items():
@@ -166,8 +180,7 @@ class Syncer:
         return LockState.parse(annotations.get(LOCK_KEY))
 
     def pods_on(self, k8s_node: str) -> list[kube.Obj]:
-        return [p for p in self.pods.cache.values()
-                if (p.get("spec") or {}).get("nodeName") == k8s_node]
+        return list(self._on_node.get(k8s_node, {}).values())
 
     async def reconcile(self, slurm_node: str) -> None:
         k8s_node = self.sched.slurm_to_k8s().get(slurm_node)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
-from sunk.settings import from_args, parse_bind, parse_duration
+from sunk.settings import from_args, parse_bind, parse_duration, read_secret_file
 from sunk.workqueue import WorkQueue
 
 
@@ -23,6 +24,22 @@ def test_reference_flags_parse() -> None:
     assert s.gpu_types == {"H100_NVLINK_80GB": "h100"}
     assert from_args(["--scope=cluster"]).namespaces() is None
     assert from_args(["--zap-log-level=debug"]).log_level == "debug"
+
+
+def test_a_rotated_token_file_is_read_again_within_a_second(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr("sunk.settings.time.monotonic", lambda: now[0])
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    s = from_args([f"--slurm-auth-token-file={token}", f"--hooks-token-file={token}"])
+    assert s.slurm_token() == "first" and s.hook_token() == "first"
+    token.write_text("second\n")
+    now[0] += 0.5
+    assert s.slurm_token() == "first"  # not read again on every call
+    now[0] += 0.6
+    assert s.slurm_token() == "second" and s.hook_token() == "second"
+    assert read_secret_file(token) == "second"
 
 
 def test_durations_and_bind_addresses() -> None:
