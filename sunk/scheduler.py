@@ -80,6 +80,9 @@ class Scheduler:
         #: Pod uid -> set when that Pod object is gone (placeholder jobs wait on it).
         self._gone: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task[None]] = set()
+        #: Pod uid -> job id written onto it / Pods bound, until the watch shows it.
+        self._assumed_job: dict[str, int] = {}
+        self._assumed_bound: set[str] = set()
 
     # -- running -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -256,9 +259,15 @@ class Scheduler:
     # -- events --------------------------------------------------------------------------------
     def _on_pod(self, kind: str, pod: kube.Obj) -> None:
         key = kube.key(pod)
+        uid = pod["metadata"].get("uid", "")
+        if self.job_id_key in (pod["metadata"].get("annotations") or {}):
+            self._assumed_job.pop(uid, None)
+        if (pod.get("spec") or {}).get("nodeName"):
+            self._assumed_bound.discard(uid)
         if kind == "DELETED":
             # The Pod object is gone: release its job now (reconcile no longer sees the Pod).
-            uid = pod["metadata"].get("uid", "")
+            self._assumed_job.pop(uid, None)
+            self._assumed_bound.discard(uid)
             if (gone := self._gone.pop(uid, None)) is not None:
                 gone.set()
             self.state.forget(key)
@@ -371,14 +380,18 @@ class Scheduler:
         return None
 
     def _pod_view(self, pod: kube.Obj) -> PodView:
+        """The Pod as decide() sees it: the informer's copy, plus what this process wrote and
+        the watch has not brought back yet (as kube-scheduler's assume cache does), so a
+        wake-up in between does not annotate or bind a second time."""
         meta, spec = pod["metadata"], pod.get("spec") or {}
         annotations = meta.get("annotations") or {}
         job_id = annotations.get(self.job_id_key)
+        uid = meta.get("uid", "")
         return PodView(
             phase=(pod.get("status") or {}).get("phase", "Pending"),
-            bound=bool(spec.get("nodeName")),
+            bound=bool(spec.get("nodeName")) or uid in self._assumed_bound,
             deleting=bool(meta.get("deletionTimestamp")),
-            job_id=int(job_id) if job_id and job_id.isdigit() else None,
+            job_id=int(job_id) if job_id and job_id.isdigit() else self._assumed_job.get(uid),
             rejected=self.rejected_key in annotations,
         )
 
@@ -490,6 +503,7 @@ class Scheduler:
         existing = self.job_by_uid.get(meta["uid"])
         if existing is not None and existing in self.jobs and not self.jobs[existing].finished:
             await self._annotate(pod, {self.job_id_key: str(existing)})
+            self._assumed_job[meta["uid"]] = existing
             record.note("adopted", f"job {existing}")
             log.info("pod %s: adopted job %d", kube.key(pod), existing)
             return
@@ -529,6 +543,7 @@ class Scheduler:
         metrics.JOBS_SUBMITTED.inc()
         log.info("pod %s: submitted job %d", kube.key(pod), job_id)
         await self._annotate(pod, {self.job_id_key: str(job_id)})
+        self._assumed_job[meta["uid"]] = job_id
         record.note("JobSubmitted", f"Slurm job {job_id}")
 
     async def _annotate(self, pod: kube.Obj, annotations: dict[str, str | None]) -> None:
@@ -542,6 +557,7 @@ class Scheduler:
                               f"no slurmd Pod has hostname {job.node}; waiting", warning=True)
             raise LookupError(f"Slurm node {job.node} has no slurmd Pod")
         await kube.bind(self.api, pod, k8s_node)
+        self._assumed_bound.add(pod["metadata"]["uid"])
         record.bound_at = time.time()
         record.k8s_node = k8s_node
         metrics.PODS_BOUND.inc()
