@@ -260,14 +260,13 @@ class Scheduler:
     def _on_pod(self, kind: str, pod: kube.Obj) -> None:
         key = kube.key(pod)
         uid = pod["metadata"].get("uid", "")
-        if self.job_id_key in (pod["metadata"].get("annotations") or {}):
+        # What this process wrote is assumed only until the watch shows it (or the Pod goes).
+        if kind == "DELETED" or self.job_id_key in (pod["metadata"].get("annotations") or {}):
             self._assumed_job.pop(uid, None)
-        if (pod.get("spec") or {}).get("nodeName"):
+        if kind == "DELETED" or (pod.get("spec") or {}).get("nodeName"):
             self._assumed_bound.discard(uid)
         if kind == "DELETED":
             # The Pod object is gone: release its job now (reconcile no longer sees the Pod).
-            self._assumed_job.pop(uid, None)
-            self._assumed_bound.discard(uid)
             if (gone := self._gone.pop(uid, None)) is not None:
                 gone.set()
             self.state.forget(key)
@@ -501,7 +500,7 @@ class Scheduler:
     async def _submit(self, pod: kube.Obj, record: PodRecord) -> None:
         meta = pod["metadata"]
         existing = self.job_by_uid.get(meta["uid"])
-        if existing is not None and existing in self.jobs and not self.jobs[existing].finished:
+        if existing is not None and (earlier := self.jobs.get(existing)) and not earlier.finished:
             await self._annotate(pod, {self.job_id_key: str(existing)})
             self._assumed_job[meta["uid"]] = existing
             record.note("adopted", f"job {existing}")
