@@ -61,7 +61,7 @@ async def run(settings: Settings) -> None:
                        "annotationPrefix": settings.annotation_prefix}
     if settings.policies_configmap is None:
         policies = PolicyStore.from_directory(settings.policies_dir, settings=policy_settings)
-    api = await kube.connect(settings.kubeconfig)
+    api = await kube.connect_waiting(settings.kubeconfig)
     slurm = SlurmClient(settings.slurm_api_base, token=settings.slurm_token,
                         user=settings.slurm_user, version=settings.slurm_api_version)
     election = _election(settings, api)
@@ -78,14 +78,19 @@ async def run(settings: Settings) -> None:
         syncer = Syncer(scheduler) if "syncer" in settings.components else None
 
         def ready() -> tuple[bool, str]:
+            """Ready: leading (or a healthy standby), caches synced, and both the API server
+            and Slurm answering; else what is missing, one line each."""
             assert scheduler is not None
             if election is not None and not election[0].leading:
                 return election[0].standby_status()
             if not scheduler.ready.is_set():
                 return False, "starting: caches not synced yet"
+            missing = []
+            if problem := scheduler.kube_problem():
+                missing.append(f"API server: {problem}")
             if not scheduler.state.slurm_healthy:
-                return False, f"slurmrestd: {scheduler.state.slurm_error}"
-            return True, "ok"
+                missing.append(f"Slurm: {scheduler.state.slurm_error}")
+            return (False, "\n".join(missing)) if missing else (True, "ok")
 
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(serve(probes_app(ready), settings.health_probe_bind_address))
@@ -101,7 +106,7 @@ async def run(settings: Settings) -> None:
             if syncer is not None:
                 tasks.create_task(syncer.run())
             tasks.create_task(serve(
-                create_hooks_app(scheduler, token=settings.hook_token, locks=syncer),
+                create_hooks_app(scheduler, keys=scheduler.keys, locks=syncer),
                 settings.hooks_api_bind_address))
             tasks.create_task(watch_policies())
             tasks.create_task(serve(create_app(scheduler, **settings.dashboard_auth()),

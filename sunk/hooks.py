@@ -1,36 +1,46 @@
 """The hook API that Slurm's scripts call (served on ``--hooks-api-bind-address``).
 
-Every call carries the token shared with the Slurm nodes (``Authorization: Bearer ...``); a call
-without it is refused. Calls are answered from the scheduler's caches (no slurmrestd call per
-hook) and at most ``max_in_flight`` are handled at once, so a flood of calls cannot starve
-scheduling: the excess is told to retry (429).
+Every call carries a credential (``Authorization: Bearer ...``, :mod:`sunk.hookauth`): the
+prolog presents the node secret, a placeholder job the credential minted for its own Pod. A job
+credential is good only for the hooks of that Pod's job, never for a lock, and a call must also
+match what Slurm says of the job (a ``started`` only for a job Slurm runs on that node, a lock
+only for a node a job of Slurm's is starting on): refused calls get 403 or 409 with the reason.
+
+Calls are answered from the scheduler's caches where they can be, and at most ``max_in_flight``
+are handled at once, so a flood of calls cannot starve scheduling: the excess is told to retry
+(429). An outage of the API server or Slurm is answered 503 with Retry-After, never a 500.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
-from collections.abc import Callable
-from typing import Annotated, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Protocol, TypeVar
 
 from litestar import Litestar, Request, Response, get, post
 from litestar.connection import ASGIConnection
-from litestar.exceptions import HTTPException, NotAuthorizedException, NotFoundException
+from litestar.exceptions import HTTPException, NotAuthorizedException
 from litestar.handlers import BaseRouteHandler
 from litestar.openapi import OpenAPIConfig
 from litestar.params import JSONBody, Parameter
 from pydantic import BaseModel, Field
 
 from sunk import metrics
+from sunk.hookauth import JOB_PREFIX, HookKeys, HookRefused, bearer
 from sunk.locking import LockState
 
 MAX_WAIT = 30.0
+NODE_PATTERN = r"^[A-Za-z0-9._-]{1,256}$"
+T = TypeVar("T")
 
 
 class HookScheduler(Protocol):
-    """What the hook API asks of the scheduler."""
+    """What the hook API asks of the scheduler. Each call returns the job's Pod (``ns/name``)
+    and whether it is gone, None for a job that is not one of ours, or raises HookRefused."""
 
     ready: asyncio.Event
+
+    def job_owner(self, job_id: int) -> str | None: ...
 
     async def job_terminating(self, job_id: int, node: str) -> tuple[str, bool] | None: ...
 
@@ -51,7 +61,7 @@ class HookLocks(Protocol):
 class LockRequestBody(BaseModel):
     """Sent by the prolog: the job that is about to start on the node."""
 
-    job_id: int = Field(ge=1)
+    job_id: int = Field(ge=1, le=2**32 - 1)
     strict: bool = Field(default=False,
                          description="A placeholder job of sunk's: no other workload may stay")
 
@@ -65,7 +75,7 @@ class LockStatus(BaseModel):
 class JobNodeRequest(BaseModel):
     """Sent by the placeholder job: which Slurm node it runs on."""
 
-    node: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9._-]+$",
+    node: str = Field(min_length=1, max_length=256, pattern=NODE_PATTERN,
                       description="The Slurm node the job runs on")
 
 
@@ -74,80 +84,108 @@ class PodStatus(BaseModel):
     gone: bool = Field(description="Whether the Pod object no longer exists")
 
 
-def create_hooks_app(scheduler: HookScheduler, *, token: Callable[[], str | None],
+JobId = Annotated[int, Parameter(ge=1, le=2**32 - 1)]
+Wait = Annotated[float, Parameter(ge=0, le=MAX_WAIT)]
+
+
+def _refuse(hook: str, status: int, detail: str, retry_after: int | None = None) -> HTTPException:
+    metrics.HOOK_CALLS.labels(hook=hook, status=str(status)).inc()
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    return HTTPException(status_code=status, detail=detail, headers=headers)
+
+
+def create_hooks_app(scheduler: HookScheduler, *, keys: HookKeys,
                      locks: HookLocks | None = None, max_in_flight: int = 64) -> Litestar:
     in_flight = asyncio.Semaphore(max_in_flight)
 
-    async def authorized(connection: ASGIConnection, _: BaseRouteHandler) -> None:  # type: ignore[type-arg]
+    async def authenticated(connection: ASGIConnection, _: BaseRouteHandler) -> None:  # type: ignore[type-arg]
         # async: Litestar runs a plain function guard in a worker thread, a thread hop per call
-        expected = token()
-        if not expected:
+        if not keys.configured():
             raise HTTPException(status_code=503,
-                                detail="the hook API has no token configured; refusing calls")
-        given = connection.headers.get("authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {expected}".encode()):
-            raise NotAuthorizedException(detail="missing or wrong hook token")
+                                detail="the hook API has no secret configured; refusing calls")
+        presented = bearer(connection.headers.get("authorization", ""))
+        if presented is None or not (presented.startswith(JOB_PREFIX)
+                                     or keys.is_node_secret(presented)):
+            raise NotAuthorizedException(detail="missing or wrong hook credential")
 
-    async def guarded(hook: str, call: Callable[[], object]) -> PodStatus:
+    def caller(request: Request) -> str:  # type: ignore[type-arg]
+        return bearer(request.headers.get("authorization", "")) or ""
+
+    def authorize_job(hook: str, request: Request, job_id: int) -> None:  # type: ignore[type-arg]
+        """The node secret may call for any job; a job credential only for its own Pod's."""
+        presented = caller(request)
+        if keys.is_node_secret(presented):
+            return
+        owner = scheduler.job_owner(job_id)
+        if owner is None:
+            raise _refuse(hook, 404, f"job {job_id} is not a job of this scheduler")
+        if not keys.is_job_credential(presented, owner):
+            raise _refuse(hook, 403, f"this credential is not job {job_id}'s: a placeholder "
+                                     "job may only call the hooks of its own job")
+
+    async def answer(hook: str, call: Callable[[], Awaitable[T | None]], missing: str) -> T:
+        """Run one hook's work within the in-flight bound; refusals become 4xx/503."""
         if in_flight.locked():
-            metrics.HOOK_CALLS.labels(hook=hook, status="429").inc()
-            raise HTTPException(status_code=429, detail="too many hook calls in flight; retry",
-                                headers={"Retry-After": "1"})
+            raise _refuse(hook, 429, "too many hook calls in flight; retry", retry_after=1)
         if not scheduler.ready.is_set():
-            raise HTTPException(status_code=503, detail="the scheduler is starting; retry")
-        async with in_flight:
-            result = await call()  # type: ignore[misc]
+            raise _refuse(hook, 503, "the scheduler is starting; retry", retry_after=2)
+        try:
+            async with in_flight:
+                result = await call()
+        except HookRefused as refused:
+            raise _refuse(hook, refused.status, refused.detail, refused.retry_after) from None
         if result is None:
-            metrics.HOOK_CALLS.labels(hook=hook, status="404").inc()
-            raise NotFoundException(detail="no such job of this scheduler")
-        pod, gone = result
+            raise _refuse(hook, 404, missing)
         metrics.HOOK_CALLS.labels(hook=hook, status="200").inc()
+        return result
+
+    async def job_hook(hook: str, request: Request, job_id: int,  # type: ignore[type-arg]
+                       call: Callable[[], Awaitable[tuple[str, bool] | None]]) -> PodStatus:
+        authorize_job(hook, request, job_id)
+        pod, gone = await answer(hook, call, f"job {job_id} is not a job of this scheduler")
         return PodStatus(pod=pod, gone=gone)
 
     @post("/hooks/v1/jobs/{job_id:int}/terminating", status_code=200,
           summary="A placeholder job is ending: delete its Pod")
-    async def terminating(job_id: Annotated[int, Parameter(ge=1)],
+    async def terminating(request: Request, job_id: JobId,  # type: ignore[type-arg]
                           data: JSONBody[JobNodeRequest]) -> PodStatus:
-        return await guarded("terminating",
-                             lambda: scheduler.job_terminating(job_id, data.node))
+        return await job_hook("terminating", request, job_id,
+                              lambda: scheduler.job_terminating(job_id, data.node))
 
     @post("/hooks/v1/jobs/{job_id:int}/started", status_code=200,
           summary="A placeholder job's script started: bind its Pod now (no need to wait for "
                   "the next poll of Slurm)")
-    async def started(job_id: Annotated[int, Parameter(ge=1)],
+    async def started(request: Request, job_id: JobId,  # type: ignore[type-arg]
                       data: JSONBody[JobNodeRequest]) -> PodStatus:
-        return await guarded("started", lambda: scheduler.job_started(job_id, data.node))
+        return await job_hook("started", request, job_id,
+                              lambda: scheduler.job_started(job_id, data.node))
 
     @post("/hooks/v1/jobs/{job_id:int}/drain", status_code=200,
           summary="KillWait is near and the Pod is still there: drain the job's Slurm node")
-    async def drain(job_id: Annotated[int, Parameter(ge=1)],
+    async def drain(request: Request, job_id: JobId,  # type: ignore[type-arg]
                     data: JSONBody[JobNodeRequest]) -> PodStatus:
-        return await guarded("drain", lambda: scheduler.drain_for_job(job_id, data.node))
+        return await job_hook("drain", request, job_id,
+                              lambda: scheduler.drain_for_job(job_id, data.node))
 
     @get("/hooks/v1/jobs/{job_id:int}/pod", summary="Whether a job's Pod is gone (long poll)")
-    async def pod_status(job_id: Annotated[int, Parameter(ge=1)],
-                         wait: Annotated[float, Parameter(ge=0, le=MAX_WAIT)] = 0) -> PodStatus:
-        return await guarded("pod", lambda: scheduler.wait_pod_gone(job_id, wait))
+    async def pod_status(request: Request, job_id: JobId,  # type: ignore[type-arg]
+                         wait: Wait = 0) -> PodStatus:
+        return await job_hook("pod", request, job_id,
+                              lambda: scheduler.wait_pod_gone(job_id, wait))
 
     @post("/hooks/v1/nodes/{node:str}/lock", status_code=200,
           summary="The prolog: lock the node for a job and wait (long poll) until it is locked")
-    async def lock(node: Annotated[str, Parameter(pattern=r"^[A-Za-z0-9._-]{1,256}$")],
-                   data: JSONBody[LockRequestBody],
-                   wait: Annotated[float, Parameter(ge=0, le=MAX_WAIT)] = 0) -> LockStatus:
+    async def lock(request: Request,  # type: ignore[type-arg]
+                   node: Annotated[str, Parameter(pattern=NODE_PATTERN)],
+                   data: JSONBody[LockRequestBody], wait: Wait = 0) -> LockStatus:
+        if not keys.is_node_secret(caller(request)):
+            raise _refuse("lock", 403, "locking a node takes the node secret (the prolog's), "
+                                       "not a job credential")
         if locks is None:
-            raise HTTPException(status_code=503, detail="the syncer component is not running")
-        if in_flight.locked():
-            metrics.HOOK_CALLS.labels(hook="lock", status="429").inc()
-            raise HTTPException(status_code=429, detail="too many hook calls in flight; retry",
-                                headers={"Retry-After": "1"})
-        if not scheduler.ready.is_set():
-            raise HTTPException(status_code=503, detail="the scheduler is starting; retry")
-        async with in_flight:
-            state = await locks.request_lock(node, data.job_id, data.strict, wait)
-        if state is None:
-            metrics.HOOK_CALLS.labels(hook="lock", status="404").inc()
-            raise NotFoundException(detail=f"no slurmd Pod has hostname {node}")
-        metrics.HOOK_CALLS.labels(hook="lock", status="200").inc()
+            raise _refuse("lock", 503, "the syncer component is not running", retry_after=5)
+        state = await answer("lock", lambda: locks.request_lock(node, data.job_id, data.strict,
+                                                                wait),
+                             f"no slurmd Pod has hostname {node}")
         wanted = LockState.LOCKED_STRICT if data.strict else LockState.LOCKED
         return LockStatus(node=node, state=state.value,
                           locked=state is wanted or state is LockState.LOCKED_STRICT)
@@ -160,6 +198,6 @@ def create_hooks_app(scheduler: HookScheduler, *, token: Callable[[], str | None
                         status_code=status, headers=getattr(exc, "headers", None))
 
     return Litestar(
-        [terminating, started, drain, pod_status, lock], guards=[authorized], logging_config=None,
-        exception_handlers={HTTPException: refused},
+        [terminating, started, drain, pod_status, lock], guards=[authenticated],
+        logging_config=None, exception_handlers={HTTPException: refused},
         openapi_config=OpenAPIConfig(title="sunk hook API", version="1"))

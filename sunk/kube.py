@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import kr8s
 import kr8s.asyncio
@@ -28,11 +29,28 @@ Handler = Callable[[str, Obj], Awaitable[None] | None]
 
 _decode = msgspec.json.Decoder().decode
 
+#: What a call raises when the API server cannot be reached or drops the connection (kr8s
+#: passes httpx's errors through; aiohttp's and the OS's can surface from the transport).
+UNREACHABLE = (httpx.HTTPError, OSError, aiohttp.ClientError, kr8s.APITimeoutError)
+
 
 class KubeError(Exception):
     def __init__(self, message: str, *, status: int = 0) -> None:
         super().__init__(message)
         self.status = status
+
+
+async def connect_waiting(kubeconfig: Path | None) -> kr8s.asyncio.Api:
+    """:func:`connect`, waiting out an API server that is not up yet (a control-plane restart
+    while the scheduler starts is no reason to crash-loop)."""
+    delay = 0.5
+    while True:
+        try:
+            return await connect(kubeconfig)
+        except (*UNREACHABLE, kr8s.ServerError) as exc:
+            log.warning("the API server does not answer (%s); trying again in %.0fs", exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(30.0, delay * 2)
 
 
 async def connect(kubeconfig: Path | None) -> kr8s.asyncio.Api:
@@ -83,7 +101,7 @@ async def request(api: kr8s.asyncio.Api, method: str, url: str, *, namespace: st
     except kr8s.ServerError as exc:
         status = exc.response.status_code if exc.response is not None else 0
         raise KubeError(f"{method} {url}: {exc}", status=status) from exc
-    except httpx.HTTPError as exc:
+    except UNREACHABLE as exc:  # the API server is down, restarting or out of reach
         raise KubeError(f"{method} {url}: {exc!r}") from exc
 
 
@@ -176,9 +194,13 @@ class Informer:
                     continue
                 self._failed(exc)
                 rv = None
-            except (httpx.HTTPError, OSError, ValueError, KeyError, msgspec.DecodeError) as exc:
+            except (*UNREACHABLE, ValueError, KeyError, TypeError, msgspec.DecodeError) as exc:
                 self._failed(exc)
                 # A dropped stream keeps its resourceVersion: resume where it stopped.
+            except Exception as exc:  # never end the watch: log, back off, list again
+                log.exception("watching %s failed unexpectedly", self.resource)
+                self._failed(exc)
+                rv = None
             await asyncio.sleep(delay)
             delay = min(30.0, delay * 2)
 

@@ -79,8 +79,11 @@ class Plan:
     waiting_for: tuple[str, ...] = ()
 
 
-def pod_on_node(pod: Mapping[str, Any], *, job_id_annotation: str,
+def pod_on_node(pod: Mapping[str, Any], *, placed_by_sunk: bool,
                 slurmd_selector: Mapping[str, str]) -> PodOnNode:
+    """``placed_by_sunk``: the caller's word, from Slurm (a job of ours names the Pod's uid),
+    never from the Pod's own annotations: a Pod that writes sunk's job-id onto itself must
+    not stay on a Node locked for Slurm."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     labels = meta.get("labels") or {}
@@ -90,7 +93,7 @@ def pod_on_node(pod: Mapping[str, Any], *, job_id_annotation: str,
         terminating=bool(meta.get("deletionTimestamp")),
         daemonset=any(o.get("kind") == "DaemonSet" for o in owners),
         tolerates_lock=tolerates(spec.get("tolerations") or [], LOCK_TAINT_SPEC),
-        placed_by_sunk=job_id_annotation in (meta.get("annotations") or {}),
+        placed_by_sunk=placed_by_sunk,
         is_slurmd=bool(slurmd_selector) and all(labels.get(k) == v
                                                 for k, v in slurmd_selector.items()),
     )

@@ -16,6 +16,8 @@ SLURM_UP = Gauge("sunk_slurm_up", "Whether the last call to slurmrestd worked")
 KUBE_UP = Gauge("sunk_kube_up", "Whether every watch of the API server is healthy")
 ORPHANS_CANCELLED = Counter("sunk_orphaned_jobs_cancelled_total",
                             "Jobs of ours cancelled because their Pod no longer exists")
+ANNOTATIONS_IGNORED = Counter("sunk_pod_annotations_ignored_total",
+                              "Pods whose scheduler-owned annotations were not written for them")
 HOOK_CALLS = Counter("sunk_hook_calls_total", "Hook API calls", ["hook", "status"])
 LOCK_TRANSITIONS = Counter("sunk_node_lock_transitions_total", "Node lock state changes",
                            ["state"])

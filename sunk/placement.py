@@ -15,6 +15,10 @@ from typing import Any
 
 LOCK_TAINT = "sunk.coreweave.com/lock"
 _BLOCKING_EFFECTS = {"NoSchedule", "NoExecute"}
+#: Why a node is excluded, when that may pass by itself (a cordon lifted, a slurmd Pod back).
+UNMAPPED = "no slurmd Pod runs it"
+CORDONED = "unschedulable (cordoned)"
+PASSING_REASONS = frozenset({UNMAPPED, CORDONED})
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,7 @@ def node_fits(pod: Mapping[str, Any], node: NodeInfo) -> str | None:
     """None if the Pod may run on ``node``, else why not (taint, selector or affinity)."""
     spec = pod.get("spec") or {}
     if node.unschedulable:
-        return "unschedulable (cordoned)"
+        return CORDONED
     tolerations = spec.get("tolerations") or []
     for taint in node.taints:
         if taint.get("key") == LOCK_TAINT:
@@ -120,6 +124,15 @@ def excluded_slurm_nodes(pod: Mapping[str, Any], snap: Snapshot) -> list[str]:
         if node is None or node_fits(pod, node) is not None:
             excluded.append(slurm_node)
     return excluded
+
+
+def why_excluded(pod: Mapping[str, Any], snap: Snapshot, slurm_node: str) -> str:
+    """Why ``slurm_node`` is in the Pod's excluded nodes ("" if it is not)."""
+    k8s = snap.slurm_to_k8s.get(slurm_node)
+    node = snap.nodes.get(k8s) if k8s else None
+    if node is None:
+        return UNMAPPED
+    return node_fits(pod, node) or ""
 
 
 def feasible_k8s_nodes(pod: Mapping[str, Any], snap: Snapshot) -> list[str]:

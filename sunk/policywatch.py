@@ -36,13 +36,16 @@ def configmap_ref(ref: str, default_namespace: str) -> tuple[str, str]:
 
 
 async def load(api: kr8s.asyncio.Api, namespace: str, name: str,
-               settings: Mapping[str, Any] | None = None, *, attempts: int = 5,
+               settings: Mapping[str, Any] | None = None, *, attempts: int | None = None,
                delay: float = 0.5) -> PolicyStore:
     """The policy set of the ConfigMap, at start-up. Raises PolicyLoadError if it does not
-    exist, may not be read, or does not load; retries an unreachable API server a few times."""
+    exist, may not be read, or does not load; waits out an unreachable API server (``attempts``
+    times, or for as long as it takes)."""
     where = f"ConfigMap {namespace}/{name}"
     problem = ""
-    for attempt in range(attempts):
+    attempt = 0
+    while attempts is None or attempt < attempts:
+        attempt += 1
         try:
             body = await kube.request(api, "GET", f"configmaps/{name}", namespace=namespace)
         except kube.KubeError as exc:
@@ -51,8 +54,8 @@ async def load(api: kr8s.asyncio.Api, namespace: str, name: str,
             if exc.status in (401, 403):
                 raise PolicyLoadError([PolicyIssue(f"{where} may not be read: {exc}")]) from exc
             problem = str(exc)
-            log.warning("reading %s failed (try %d of %d): %s", where, attempt + 1, attempts, exc)
-            await asyncio.sleep(delay * 2 ** attempt)
+            log.warning("reading %s failed (try %d): %s", where, attempt, exc)
+            await asyncio.sleep(min(30.0, delay * 2 ** (attempt - 1)))
             continue
         return PolicyStore.from_configmap(body.get("data"), settings)
     raise PolicyLoadError([PolicyIssue(f"{where} could not be read: {problem}")])

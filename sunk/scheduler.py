@@ -17,17 +17,19 @@ uid in ``extra``): a scheduler killed between submitting and annotating submits 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import gc
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import kr8s.asyncio
 
-from sunk import jobpoll, kube, metrics, placement, translate
+from sunk import jobpoll, kube, metrics, ownership, placement, slurmtext, translate
 from sunk.decide import JobView, PodView, Step, decide
+from sunk.hookauth import HookKeys, HookRefused, job_owner
 from sunk.policy.loader import PolicyStore
 from sunk.settings import Settings
 from sunk.slurm import Job, SlurmClient, SlurmError
@@ -35,6 +37,26 @@ from sunk.state import PodRecord, SchedulerState
 from sunk.workqueue import WorkQueue
 
 log = logging.getLogger("sunk.scheduler")
+
+
+async def forever(what: str, loop: Callable[[], Awaitable[None]]) -> None:
+    """Run a background loop for the life of the process: a bug or an outage the loop did not
+    expect is logged and the loop starts again (backing off), never ending the scheduler."""
+    delay = 1.0
+    while True:
+        started = time.monotonic()
+        try:
+            await loop()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("%s failed; starting it again in %.0fs", what, delay)
+        else:
+            log.error("%s stopped; starting it again in %.0fs", what, delay)
+        if time.monotonic() - started > 60:
+            delay = 1.0
+        await asyncio.sleep(delay)
+        delay = min(30.0, delay * 2)
 
 
 def _timestamp(text: str | None) -> float:
@@ -59,8 +81,10 @@ class Scheduler:
         self._slurm_nodes_generation = 0
         self._slurm_to_k8s: tuple[int, dict[str, str]] | None = None
         self._snapshot: tuple[tuple[int, int, int], placement.Snapshot] | None = None
-        self.job_id_key = settings.annotation("job-id")
-        self.rejected_key = settings.annotation("rejected")
+        self.keys = HookKeys(settings.hook_tokens)
+        self.owned = ownership.Keys.with_prefix(settings.annotation_prefix)
+        self.job_id_key = self.owned.job_id
+        self.rejected_key = self.owned.rejected
         self.translate_settings = translate.TranslateSettings(
             scheduler_name=settings.scheduler_name, placeholder_script=settings.placeholder_script,
             gpu_resource=settings.gpu_resource, gpu_model_label=settings.gpu_model_label,
@@ -80,9 +104,16 @@ class Scheduler:
         #: Pod uid -> set when that Pod object is gone (placeholder jobs wait on it).
         self._gone: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task[None]] = set()
-        #: Pod uid -> job id written onto it / Pods bound, until the watch shows it.
-        self._assumed_job: dict[str, int] = {}
+        #: Pod uid -> annotations written onto it / Pods bound, until the watch shows them
+        #: (as kube-scheduler's assume cache: a wake-up in between writes nothing twice).
+        self._assumed_written: dict[str, dict[str, str | None]] = {}
         self._assumed_bound: set[str] = set()
+        #: Pod uids already told that annotations on them were ignored (one Event each).
+        self._disowned: set[str] = set()
+        #: Pod uid -> the newest job id known before a submit whose answer was lost.
+        self._uncertain_submits: dict[str, int] = {}
+        #: (job id, pending reason) pairs already reported as stuck (one Event each).
+        self._stuck_reported: set[tuple[int, str]] = set()
 
     # -- running -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -98,10 +129,10 @@ class Scheduler:
             for informer in informers:
                 tasks.create_task(informer.run())
             await asyncio.gather(*(i.synced.wait() for i in informers))
-            tasks.create_task(self._poll_slurm_nodes())
+            tasks.create_task(forever("polling Slurm's nodes", self._poll_slurm_nodes))
             if scheduling:
-                tasks.create_task(self._poll_slurm())
-                tasks.create_task(self._collect_garbage())
+                tasks.create_task(forever("polling Slurm's jobs", self._poll_slurm))
+                tasks.create_task(forever("collecting orphaned jobs", self._collect_garbage))
                 for _ in range(self.settings.workers):
                     tasks.create_task(self._work())
             self.ready.set()
@@ -135,9 +166,25 @@ class Scheduler:
                 delay = min(30.0, delay * 2)
 
     def _slurm_health(self, error: SlurmError | None) -> None:
-        """What the last call to slurmrestd says of it (for /readyz, the dashboard, metrics)."""
+        """What the last call to slurmrestd says of it (for /readyz, the dashboard, metrics).
+        Back from an outage: every Pod is looked at again now, not when its backoff ends."""
+        recovered = error is None and not self.state.slurm_healthy
         self.state.slurm_healthy, self.state.slurm_error = error is None, str(error or "")
         metrics.SLURM_UP.set(error is None)
+        if recovered and self.ready.is_set():
+            log.info("Slurm answers again; looking at every Pod")
+            self._requeue_all()
+
+    def _requeue_all(self) -> None:
+        for informer in self.pod_informers:
+            for key in informer.cache:
+                self.queue.add(key)
+
+    def _fire(self, coro: Any) -> None:
+        """Run ``coro`` in the background (an Event: never on the hot path)."""
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _learn(self, job: Job) -> translate.PodIdentity | None:
         """Record a job if it is ours; return the Pod it is for.
@@ -196,6 +243,23 @@ class Scheduler:
             if before is None or (before.state, before.extra, before.nodes, before.reason) != (
                     fresh.state, fresh.extra, fresh.nodes, fresh.reason):
                 self._wake(fresh)
+                self._report_stuck(fresh)
+
+    def _report_stuck(self, job: Job) -> None:
+        """A job pending for a reason that means "not without a person" (held, an invalid
+        account, a constraint no node meets): a Warning Event on its Pod, once per reason."""
+        why = slurmtext.never_starts(job.reason) if job.state == "PENDING" else None
+        if why is None or (job.job_id, job.reason) in self._stuck_reported:
+            return
+        self._stuck_reported.add((job.job_id, job.reason))
+        found = self.pod_of_job(job.job_id)
+        if found is None or (pod := found[1]) is None:
+            return
+        who = found[0]
+        log.warning("pod %s: job %d pending (%s): %s", who.key, job.job_id, job.reason, why)
+        self._fire(self._event(pod, self.state.pods.get(who.key), "SlurmJobStuck",
+                               f"Slurm keeps job {job.job_id} pending ({job.reason}): {why}. "
+                               "It will not start by itself.", warning=True))
 
     def _forget(self, job_id: int) -> None:
         """Slurm no longer knows the job (purged after MinJobAge, or lost): its Pod, if still
@@ -221,8 +285,10 @@ class Scheduler:
             try:
                 nodes = await self.slurm.nodes()
             except SlurmError as exc:
+                self._slurm_health(exc)
                 log.warning("listing Slurm nodes failed: %s", exc)
             else:
+                self._slurm_health(None)
                 names = frozenset(n["name"] for n in nodes)
                 if names != self._slurm_nodes:
                     self._slurm_nodes = names
@@ -231,14 +297,20 @@ class Scheduler:
             self._note_kube_health()
             await asyncio.sleep(interval)
 
-    def _note_kube_health(self) -> None:
-        """The API server's health, as the watches see it (for /readyz's neighbours: the
-        dashboard header and ``sunk_kube_up``)."""
+    def kube_problem(self) -> str:
+        """What is wrong with the API server, as the watches see it ("" if nothing): for
+        /readyz, the dashboard header and ``sunk_kube_up``."""
         informers = [*self.pod_informers, self.node_informer, self.slurmd_informer]
-        errors = [f"{i.resource}: {i.last_error}" for i in informers if i.last_error]
-        self.state.kube_healthy = not errors
-        self.state.kube_error = "; ".join(errors)
-        metrics.KUBE_UP.set(0 if errors else 1)
+        return "; ".join(f"{i.resource}: {i.last_error}" for i in informers if not i.healthy)
+
+    def _note_kube_health(self) -> None:
+        problem = self.kube_problem()
+        recovered = not problem and not self.state.kube_healthy
+        self.state.kube_healthy, self.state.kube_error = not problem, problem
+        metrics.KUBE_UP.set(0 if problem else 1)
+        if recovered and self.ready.is_set():
+            log.info("the API server answers again; looking at every Pod")
+            self._requeue_all()
 
     async def _work(self) -> None:
         while True:
@@ -261,11 +333,15 @@ class Scheduler:
         key = kube.key(pod)
         uid = pod["metadata"].get("uid", "")
         # What this process wrote is assumed only until the watch shows it (or the Pod goes).
-        if kind == "DELETED" or self.job_id_key in (pod["metadata"].get("annotations") or {}):
-            self._assumed_job.pop(uid, None)
+        written = self._assumed_written.get(uid)
+        annotations = pod["metadata"].get("annotations") or {}
+        if kind == "DELETED" or (written is not None and all(
+                annotations.get(k) == v for k, v in written.items())):
+            self._assumed_written.pop(uid, None)
         if kind == "DELETED" or (pod.get("spec") or {}).get("nodeName"):
             self._assumed_bound.discard(uid)
         if kind == "DELETED":
+            self._disowned.discard(uid)
             # The Pod object is gone: release its job now (reconcile no longer sees the Pod).
             if (gone := self._gone.pop(uid, None)) is not None:
                 gone.set()
@@ -293,6 +369,16 @@ class Scheduler:
             await asyncio.sleep(interval)
 
     # -- the hook API's questions ----------------------------------------------------------------
+    # Each checks the call against what Slurm says of the job (the caller's credential is
+    # checked by the hook API): a call that does not match is refused with the reason.
+    def job_owner(self, job_id: int) -> str | None:
+        """What the job's credential is bound to (its Pod), or None if it is not ours."""
+        job = self.jobs.get(job_id)
+        who = translate.parse_extra(job.extra)[0] if job else None
+        if who is None or who.scheduler != self.settings.scheduler_name:
+            return None
+        return job_owner(who.scheduler, who.uid)
+
     def pod_of_job(self, job_id: int) -> tuple[translate.PodIdentity, kube.Obj | None] | None:
         """The Pod a job of ours is for, and that Pod if it still exists (None: gone).
         None if the job is not one of ours."""
@@ -305,6 +391,26 @@ class Scheduler:
             pod = None  # a new Pod under the same name is not this job's Pod
         return who, pod
 
+    @contextlib.asynccontextmanager
+    async def _answering(self, what: str) -> AsyncIterator[None]:
+        """An outage while answering a hook: the caller is told to retry (503), not failed."""
+        try:
+            yield
+        except SlurmError as exc:
+            raise HookRefused(503, f"{what}: Slurm did not answer: {exc}", retry_after=5) from exc
+        except kube.KubeError as exc:
+            raise HookRefused(503, f"{what}: the API server did not answer: {exc}",
+                              retry_after=5) from exc
+
+    async def _fresh_job(self, job_id: int) -> Job:
+        """The job as Slurm has it now (hooks that act on Slurm's word read it first)."""
+        async with self._answering(f"reading job {job_id}"):
+            fresh = await self.slurm.job(job_id)
+        if fresh is None:
+            raise HookRefused(409, f"Slurm has no job {job_id}")
+        self._learn(fresh)
+        return fresh
+
     async def job_terminating(self, job_id: int, node: str) -> tuple[str, bool] | None:
         """The placeholder job got its termination signal: delete its Pod (with the Pod's own
         grace period). Returns the Pod's key and whether it is already gone."""
@@ -312,31 +418,42 @@ class Scheduler:
         if found is None:
             return None
         who, pod = found
+        cached = self.jobs[job_id]
+        if cached.state == "PENDING" and (await self._fresh_job(job_id)).state == "PENDING":
+            raise HookRefused(409, f"Slurm shows job {job_id} pending: no script of it runs, "
+                                   "so nothing of it is ending")
         if pod is None:
             return who.key, True
         if not pod["metadata"].get("deletionTimestamp"):
             record = self.state.pods.get(who.key)
+            async with self._answering(f"deleting Pod {who.key}"):
+                await kube.delete_pod(self.api, pod)
             await self._event(pod, record, "SlurmJobTerminating",
                               f"Slurm is ending job {job_id} on {node}; deleting the Pod",
                               warning=True)
-            await kube.delete_pod(self.api, pod)
             metrics.PODS_DELETED.inc()
         return who.key, False
 
     async def job_started(self, job_id: int, node: str) -> tuple[str, bool] | None:
         """The placeholder script says its job started on ``node``, right after writing
-        ": started" into the job's extra (which stays the source of truth, and the next poll
-        confirms). The caller holds the hook token, so the word of a job we submitted is taken:
-        its Pod is bound now, without a call to Slurm or a wait for the next poll."""
-        job = self.jobs.get(job_id)
-        who = translate.parse_extra(job.extra)[0] if job else None
-        if job is None or who is None or job.finished:
+        ": started" into the job's extra. Its word is checked against Slurm's (one read of the
+        job): bound only if Slurm runs the job on that node and its extra says started. The
+        Pod is then bound now, without waiting for the next poll."""
+        found = self.pod_of_job(job_id)
+        if found is None:
             return None
-        if not job.extra.endswith(translate.STARTED):
-            job.extra += translate.STARTED
-        job.state, job.nodes = "RUNNING", node
-        self.queue.add(who.key)
-        return who.key, self._pod(who.key) is None
+        who, pod = found
+        fresh = await self._fresh_job(job_id)
+        if fresh.state != "RUNNING":
+            raise HookRefused(409, f"Slurm shows job {job_id} {fresh.state.lower()}, not "
+                                   "running: its Pod is not bound")
+        if node not in slurmtext.expand_hostlist(fresh.nodes):
+            raise HookRefused(409, f"Slurm runs job {job_id} on {fresh.nodes}, not on {node}")
+        if not translate.parse_extra(fresh.extra)[1]:
+            raise HookRefused(409, f"job {job_id}'s extra does not say started: the "
+                                   "placeholder writes it before it calls")
+        self._wake(fresh)
+        return who.key, pod is None
 
     async def drain_for_job(self, job_id: int, node: str) -> tuple[str, bool] | None:
         """The job reached KillWait with its Pod still there: drain its Slurm node, naming the
@@ -345,11 +462,16 @@ class Scheduler:
         if found is None:
             return None
         who, pod = found
+        nodes = self.jobs[job_id].nodes or (await self._fresh_job(job_id)).nodes
+        if node not in slurmtext.expand_hostlist(nodes):
+            raise HookRefused(409, f"job {job_id} was given {nodes or 'no node'}, not {node}: "
+                                   "only its own node can be drained for it")
         if pod is None:
             return who.key, True
         reason = (f"sunk: Pod {who.key} still terminating at KillWait (job {job_id}); "
                   "drained so nothing else lands here")
-        await self.slurm.update_node(node, {"state": ["DRAIN"], "reason": reason})
+        async with self._answering(f"draining {node}"):
+            await self.slurm.update_node(node, {"state": ["DRAIN"], "reason": reason})
         await self._event(pod, self.state.pods.get(who.key), "SlurmNodeDrained",
                           f"{node}: {reason}", warning=True)
         log.warning("drained Slurm node %s: %s", node, reason)
@@ -378,31 +500,46 @@ class Scheduler:
                 return informer.cache[key]
         return None
 
-    def _pod_view(self, pod: kube.Obj) -> PodView:
-        """The Pod as decide() sees it: the informer's copy, plus what this process wrote and
-        the watch has not brought back yet (as kube-scheduler's assume cache does), so a
-        wake-up in between does not annotate or bind a second time."""
-        meta, spec = pod["metadata"], pod.get("spec") or {}
-        annotations = meta.get("annotations") or {}
-        job_id = annotations.get(self.job_id_key)
+    async def _ownership(self, pod: kube.Obj) -> ownership.Ownership:
+        """What the Pod's scheduler-owned annotations may be believed to say
+        (:mod:`sunk.ownership`): its job is the one Slurm ties to its uid."""
+        meta = pod["metadata"]
         uid = meta.get("uid", "")
+        annotations = dict(meta.get("annotations") or {})
+        annotations.update(self._assumed_written.get(uid, {}))  # written, not yet watched
+        annotations = {k: v for k, v in annotations.items() if v is not None}
+        owner_of: dict[int, str | None] = {}
+        while True:
+            owned = ownership.read(annotations, uid, self.owned,
+                                   proven=self.job_by_uid.get(uid), owner_of=owner_of)
+            if owned.check_job is None:
+                return owned
+            job = self.jobs.get(owned.check_job) or await self.slurm.job(owned.check_job)
+            who = self._learn(job) if job is not None else None
+            owner_of[owned.check_job] = (ownership.GONE if job is None else
+                                         who.uid if who is not None else ownership.NOT_OURS)
+
+    def _pod_view(self, pod: kube.Obj, owned: ownership.Ownership) -> PodView:
+        """The Pod as decide() sees it: the informer's copy, with its job as proven by Slurm,
+        and bound if this process bound it and the watch has not said so yet."""
+        meta, spec = pod["metadata"], pod.get("spec") or {}
         return PodView(
             phase=(pod.get("status") or {}).get("phase", "Pending"),
-            bound=bool(spec.get("nodeName")) or uid in self._assumed_bound,
+            bound=bool(spec.get("nodeName")) or meta.get("uid", "") in self._assumed_bound,
             deleting=bool(meta.get("deletionTimestamp")),
-            job_id=int(job_id) if job_id and job_id.isdigit() else self._assumed_job.get(uid),
-            rejected=self.rejected_key in annotations,
+            job_id=owned.job_id,
+            rejected=bool(owned.rejected),
         )
 
     async def _job_view(self, job_id: int | None) -> JobView | None:
+        """The job as Slurm has it; only jobs of ours are kept (:meth:`_learn`)."""
         if job_id is None:
             return None
         job = self.jobs.get(job_id)
         if job is None:
             job = await self.slurm.job(job_id)
-            if job is None:
+            if job is None or self._learn(job) is None:
                 return None
-            self.jobs[job_id] = job
         _, started = translate.parse_extra(job.extra)
         return JobView(state=job.state, started=started, node=job.nodes)
 
@@ -416,13 +553,20 @@ class Scheduler:
         pod = self._pod(key)
         if pod is None:
             return
-        view = self._pod_view(pod)
+        owned = await self._ownership(pod)
+        if owned.ignored:
+            await self._disown(pod, owned)
+        view = self._pod_view(pod, owned)
         job = await self._job_view(view.job_id)
-        record = self._record(pod, view, job)
+        record = self._record(pod, view, job, owned.rejected)
         step = decide(view, job)
         if step is Step.SUBMIT:
             await self._submit(pod, record)
-        elif step is Step.BIND and job is not None:
+            return
+        if owned.write and view.job_id is not None:  # adopted, or a wrong job-id repaired
+            await self._annotate(pod, dict(owned.write))
+            record.note("adopted", f"job {view.job_id}")
+        if step is Step.BIND and job is not None:
             await self._bind(pod, record, job)
         elif step is Step.CANCEL_JOB and view.job_id is not None:
             await self._cancel(view.job_id, key, f"its Pod is {view.phase.lower()}"
@@ -430,7 +574,23 @@ class Scheduler:
         elif step is Step.DELETE_POD:
             await self._delete_pod(pod, record, job)
 
-    def _record(self, pod: kube.Obj, view: PodView, job: JobView | None) -> PodRecord:
+    async def _disown(self, pod: kube.Obj, owned: ownership.Ownership) -> None:
+        """Say once which annotations were ignored and why; they are overwritten by the next
+        write (the job id on submit, or the rejection)."""
+        uid = pod["metadata"]["uid"]
+        if uid in self._disowned:
+            return
+        self._disowned.add(uid)
+        metrics.ANNOTATIONS_IGNORED.inc()
+        what = "; ".join(f"{k}: {why}" for k, why in owned.ignored.items())
+        log.warning("pod %s: ignored scheduler-owned annotations: %s", kube.key(pod), what)
+        await self._event(pod, self.state.pods.get(kube.key(pod)), "IgnoredAnnotations",
+                          f"only the scheduler writes these, for this Pod alone: {what}. "
+                          + ("The Pod is scheduled from scratch." if owned.job_id is None
+                             else f"Its job is {owned.job_id}."), warning=True)
+
+    def _record(self, pod: kube.Obj, view: PodView, job: JobView | None,
+                rejected: str) -> PodRecord:
         meta = pod["metadata"]
         rec = self.state.record(meta["namespace"], meta["name"], meta["uid"],
                                 _timestamp(meta.get("creationTimestamp")))
@@ -438,7 +598,7 @@ class Scheduler:
         rec.job_id = view.job_id
         rec.k8s_node = (pod.get("spec") or {}).get("nodeName") or ""
         if view.rejected:
-            rec.rejected = (meta.get("annotations") or {}).get(self.rejected_key, "")
+            rec.rejected = rejected
         if job is not None:
             if job.state != rec.job_state:
                 rec.note(f"job {job.state.lower()}")
@@ -454,11 +614,9 @@ class Scheduler:
         if record is not None:
             record.last_event = f"{reason}: {message}"
             record.note(reason, message)
-        task = asyncio.create_task(kube.event(
+        self._fire(kube.event(
             self.api, pod, reason=reason, message=message,
             type_="Warning" if warning else "Normal", component=self.settings.scheduler_name))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
 
     def slurm_to_k8s(self) -> dict[str, str]:
         """Slurm node name -> Kubernetes Node name, from the live slurmd Pods (computed again
@@ -499,55 +657,95 @@ class Scheduler:
 
     async def _submit(self, pod: kube.Obj, record: PodRecord) -> None:
         meta = pod["metadata"]
-        existing = self.job_by_uid.get(meta["uid"])
-        if existing is not None and (earlier := self.jobs.get(existing)) and not earlier.finished:
-            await self._annotate(pod, {self.job_id_key: str(existing)})
-            self._assumed_job[meta["uid"]] = existing
-            record.note("adopted", f"job {existing}")
-            log.info("pod %s: adopted job %d", kube.key(pod), existing)
-            return
+        key = kube.key(pod)
+        first_try = self.queue.failures(key) == 0
+        if first_try:
+            for unknown, hint in translate.unknown_annotations(
+                    meta.get("annotations") or {}, self.settings.annotation_prefix):
+                await self._event(pod, record, "UnknownAnnotation",
+                                  f"{unknown} is not an annotation sunk reads; it is ignored"
+                                  + (f" (did you mean {hint}?)" if hint else ""), warning=True)
         decision = self.policies.evaluate(pod, self._namespace(meta["namespace"]))
-        for warning in decision.warnings:
-            await self._event(pod, record, warning.reason, f"{warning.policy}: {warning.message}",
-                              warning=True)
+        if first_try:
+            for warning in decision.warnings:
+                await self._event(pod, record, warning.reason,
+                                  f"{warning.policy}: {warning.message}", warning=True)
         if not decision.allowed:
-            reason = decision.reason or "PolicyDenied"
-            metrics.PODS_REJECTED.inc()
-            record.rejected = f"{reason}: {decision.message}"
-            await self._event(pod, record, reason, decision.message, warning=True)
-            await self._annotate(pod, {self.rejected_key: reason})
-            log.info("pod %s rejected: %s: %s", kube.key(pod), reason, decision.message)
+            await self._reject(pod, record, decision.reason or "PolicyDenied", decision.message)
             return
         try:
             job = translate.job_description(pod, decision.mappings, self.snapshot(),
                                             self.translate_settings)
-        except (ValueError, KeyError, TypeError) as exc:
-            record.rejected = f"InvalidPod: {exc}"
-            await self._event(pod, record, "InvalidPod", str(exc), warning=True)
-            await self._annotate(pod, {self.rejected_key: "InvalidPod"})
+        except translate.Unschedulable as exc:
+            await self._reject(pod, record, exc.reason, str(exc))
             return
-        record.job_description = job
+        except (ValueError, KeyError, TypeError) as exc:
+            await self._reject(pod, record, "InvalidPod", str(exc))
+            return
+        record.job_description = job  # shown on the dashboard: without the credential below
+        credential = self.keys.job_credential(job_owner(self.settings.scheduler_name,
+                                                        meta["uid"]))
+        job = {**job, "environment": [*job["environment"], f"SUNK_JOB_TOKEN={credential}"]}
         try:
-            job_id = await self.slurm.submit(job)
+            job_id = await self._submit_once(meta["uid"], job)
         except SlurmError as exc:
             metrics.SUBMIT_ERRORS.inc()
-            tries = self.queue.failures(kube.key(pod))
+            if exc.permanent:
+                await self._reject(pod, record, "SlurmRefused",
+                                   f"Slurm refused the job: {exc.slurm_message}")
+                return
+            tries = self.queue.failures(key)
             if tries & (tries - 1) == 0:  # the 1st, 2nd, 4th, 8th... failure: not every retry
                 await self._event(pod, record, "SubmitFailed",
                                   f"Slurm did not take the job (try {tries + 1}, retrying "
-                                  f"with backoff): {exc}", warning=True)
+                                  f"with backoff): {exc.slurm_message}", warning=True)
+            raise
+        metrics.JOBS_SUBMITTED.inc()
+        log.info("pod %s: submitted job %d", key, job_id)
+        await self._annotate(pod, {self.job_id_key: str(job_id),
+                                   self.owned.pod_uid: meta["uid"], self.rejected_key: None})
+        record.note("JobSubmitted", f"Slurm job {job_id}")
+
+    async def _submit_once(self, uid: str, job: dict[str, Any]) -> int:
+        """Submit, unless an earlier try whose answer was lost (a timeout, an outage) did reach
+        Slurm: jobs Slurm took since then are read, and one naming this Pod is adopted."""
+        since = self._uncertain_submits.pop(uid, None)
+        if since is not None:
+            for job_id in sorted(j for j in await self.slurm.job_states() if j > since
+                                 and j not in self.jobs):
+                if (found := await self.slurm.job(job_id)) is not None:
+                    self._learn(found)
+            if (existing := self.job_by_uid.get(uid)) is not None and existing > since:
+                log.info("pod uid %s: job %d from an earlier, unanswered submit adopted", uid,
+                         existing)
+                return existing
+        newest = max(self.jobs, default=0)
+        try:
+            job_id = await self.slurm.submit(job)
+        except SlurmError as exc:
+            if not exc.permanent:  # it may have reached Slurm: look before submitting again
+                self._uncertain_submits[uid] = newest
             raise
         self._learn(Job(job_id=job_id, name=job["name"], state="PENDING", extra=job["extra"],
                         nodes="", reason="", raw={}))
-        metrics.JOBS_SUBMITTED.inc()
-        log.info("pod %s: submitted job %d", kube.key(pod), job_id)
-        await self._annotate(pod, {self.job_id_key: str(job_id)})
-        self._assumed_job[meta["uid"]] = job_id
-        record.note("JobSubmitted", f"Slurm job {job_id}")
+        return job_id
+
+    async def _reject(self, pod: kube.Obj, record: PodRecord, reason: str, message: str) -> None:
+        """A Pod that can never be scheduled as it is: an Event that says why, the mark, and
+        no retry (the Pod must be recreated)."""
+        metrics.PODS_REJECTED.inc()
+        record.rejected = f"{reason}: {message}"
+        await self._event(pod, record, reason, message, warning=True)
+        await self._annotate(pod, {self.rejected_key: reason, self.job_id_key: None,
+                                   self.owned.pod_uid: pod["metadata"]["uid"]})
+        log.info("pod %s rejected: %s: %s", kube.key(pod), reason, message)
 
     async def _annotate(self, pod: kube.Obj, annotations: dict[str, str | None]) -> None:
         meta = pod["metadata"]
+        if self._assumed_written.get(meta["uid"]) == annotations:
+            return  # written already; the watch has not brought it back yet
         await kube.annotate(self.api, "pods", meta["namespace"], meta["name"], annotations)
+        self._assumed_written[meta["uid"]] = annotations
 
     async def _bind(self, pod: kube.Obj, record: PodRecord, job: JobView) -> None:
         k8s_node = self.snapshot().slurm_to_k8s.get(job.node)

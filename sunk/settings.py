@@ -16,6 +16,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from sunk.hookauth import parse_tokens
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
 
@@ -79,7 +81,10 @@ class Settings(BaseSettings):
     metrics_bind_address: str = ":8080"
     health_probe_bind_address: str = ":8081"
     dashboard_bind_address: str = "127.0.0.1:8082"
-    #: Shared with the Slurm nodes' prolog and placeholder scripts; hook calls without it fail.
+    #: The hook secret: root on the Slurm nodes holds it (the prolog presents it), and each
+    #: placeholder job gets a credential derived from it for its own Pod (sunk.hookauth). The
+    #: file may hold several, one per line: the first is current, the rest still accepted
+    #: (rotation without dropping running jobs).
     hooks_token: SecretStr | None = None
     hooks_token_file: Path | None = None
     #: ``scheduler`` (Pods through Slurm) and ``syncer`` (node locks, drains both ways).
@@ -199,10 +204,14 @@ class Settings(BaseSettings):
             basic = (user, password)
         return {"auth_token": token or None, "basic_auth": basic}
 
-    def hook_token(self) -> str | None:
+    def hook_tokens(self) -> list[str]:
+        """The accepted hook secrets, newest first (empty: none configured)."""
         if self.hooks_token_file is not None:
-            return read_secret_file(self.hooks_token_file)
-        return self.hooks_token.get_secret_value() if self.hooks_token else None
+            try:
+                return parse_tokens(read_secret_file(self.hooks_token_file))
+            except OSError:
+                return []  # refused with 503 and a message until the file is there
+        return parse_tokens(self.hooks_token.get_secret_value()) if self.hooks_token else []
 
 
 def from_args(argv: list[str] | None = None) -> Settings:

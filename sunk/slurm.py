@@ -16,10 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import httpx
 import msgspec
 from httpx_aiohttp import HttpxAiohttpClient
 
+from sunk import slurmtext
 from sunk.decide import FINISHED_STATES
 
 log = logging.getLogger("sunk.slurm")
@@ -30,15 +32,26 @@ _decode = msgspec.json.Decoder().decode
 
 
 class SlurmError(Exception):
-    """slurmrestd answered with an error (``status`` 0: it could not be reached)."""
+    """slurmrestd answered with an error (``status`` 0: it could not be reached).
 
-    def __init__(self, message: str, *, status: int = 0) -> None:
+    ``slurm_message`` is Slurm's own text (what slurmctld said, not only slurmrestd's summary),
+    for Events; ``numbers`` are Slurm's error numbers (slurm_errno.h)."""
+
+    def __init__(self, message: str, *, status: int = 0, slurm_message: str = "",
+                 numbers: tuple[int, ...] = ()) -> None:
         super().__init__(message)
         self.status = status
+        self.slurm_message = slurm_message or message
+        self.numbers = numbers
 
     @property
     def unreachable(self) -> bool:
         return self.status == 0 or self.status >= 500
+
+    @property
+    def permanent(self) -> bool:
+        """Slurm refused the request as it stands: asking again gets the same answer."""
+        return self.status != 0 and slurmtext.permanent_error(list(self.numbers))
 
 
 @dataclass
@@ -68,6 +81,14 @@ class Job:
         return self.state in FINISHED_STATES
 
 
+def _error_text(error: dict[str, Any]) -> str:
+    """slurmrestd's summary and slurmctld's reason: "Batch job submission failed: Invalid node
+    name specified" (the summary alone hides what was wrong)."""
+    parts = [str(error.get(k) or "").strip() for k in ("description", "error")]
+    parts = [p for i, p in enumerate(parts) if p and p not in parts[:i]]
+    return ": ".join(parts) or str(error)
+
+
 class SlurmClient:
     """An async slurmrestd client; the token is read through ``token()`` on every call, so a
     rotated token file takes effect without a restart."""
@@ -91,18 +112,22 @@ class SlurmClient:
         headers = {"X-SLURM-USER-NAME": self._user, "X-SLURM-USER-TOKEN": self._token()}
         try:
             r = await self._http.request(method, self._prefix + path, headers=headers, **kwargs)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, OSError, aiohttp.ClientError) as exc:
             raise SlurmError(f"slurmrestd unreachable: {exc!r}") from exc
         try:
-            body: dict[str, Any] = _decode(r.content)
+            body = _decode(r.content)
         except msgspec.DecodeError:
             body = {}
-        errors = [e.get("description") or e.get("error") or str(e)
-                  for e in body.get("errors") or []]
+        if not isinstance(body, dict):
+            body = {}
+        errors = [e for e in body.get("errors") or [] if isinstance(e, dict)]
         if r.status_code >= 400 or errors:
-            message = "; ".join(str(e) for e in errors) or r.text.strip() or r.reason_phrase
+            said = "; ".join(_error_text(e) for e in errors)
+            message = said or r.text.strip()[:500] or r.reason_phrase
+            numbers = tuple(int(e["error_number"]) for e in errors
+                            if str(e.get("error_number", "")).isdigit())
             raise SlurmError(f"{method} {path}: {r.status_code} {message}",
-                             status=r.status_code)
+                             status=r.status_code, slurm_message=message, numbers=numbers)
         return body
 
     async def ping(self) -> bool:

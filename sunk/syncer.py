@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sunk import kube, locking, metrics
+from sunk import kube, locking, metrics, slurmtext
+from sunk.hookauth import HookRefused
 from sunk.locking import LOCK_KEY, LOCK_TAINT_SPEC, LockState
 from sunk.slurm import SlurmError
 from sunk.workqueue import WorkQueue
@@ -146,6 +147,7 @@ class Syncer:
             return None
         request = self.requests.get(node)
         if request is None or request.job_id != job_id or request.strict != strict:
+            await self._check_lock_request(node, job_id)
             request = LockRequest(job_id, strict)
             self.requests[node] = request
         request.at = time.monotonic()
@@ -167,6 +169,23 @@ class Syncer:
             except TimeoutError:
                 return self._lock_state(node)
 
+    async def _check_lock_request(self, node: str, job_id: int) -> None:
+        """A lock is taken only for a job Slurm is starting on that node (its prolog runs):
+        a stray call naming a pending job, an ended one or another node is refused."""
+        try:
+            job = await self.sched.slurm.job(job_id)
+        except SlurmError as exc:
+            raise HookRefused(503, f"reading job {job_id} from Slurm: {exc}",
+                              retry_after=5) from exc
+        if job is None:
+            raise HookRefused(409, f"Slurm has no job {job_id}: no lock for it")
+        if job.state == "PENDING" or job.finished:
+            raise HookRefused(409, f"Slurm shows job {job_id} {job.state.lower()}: only a job "
+                                   "that is starting locks a node")
+        if node not in slurmtext.expand_hostlist(job.nodes):
+            raise HookRefused(409, f"job {job_id} was given {job.nodes or 'no node'}, not "
+                                   f"{node}: no lock for it there")
+
     # -- reconcile one node ------------------------------------------------------------------
     def _slurmd_pod(self, slurm_node: str) -> kube.Obj | None:
         for pod in self.sched.slurmd_informer.cache.values():
@@ -178,6 +197,18 @@ class Syncer:
         pod = self._slurmd_pod(slurm_node)
         annotations = (pod or {}).get("metadata", {}).get("annotations") or {}
         return LockState.parse(annotations.get(LOCK_KEY))
+
+    def _placed_by_sunk(self, pod: kube.Obj) -> bool:
+        """Slurm accounts for this Pod: a job of ours names its uid. Without the scheduler
+        component (no job table here), the scheduler's annotations, if written for this very
+        Pod (the chart's admission policy lets only the scheduler write them)."""
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid")
+        if "scheduler" in self.settings.components:
+            return uid in self.sched.job_by_uid
+        annotations = meta.get("annotations") or {}
+        return (annotations.get(self.sched.owned.pod_uid) == uid
+                and self.sched.owned.job_id in annotations)
 
     def pods_on(self, k8s_node: str) -> list[kube.Obj]:
         return list(self._on_node.get(k8s_node, {}).values())
@@ -204,7 +235,7 @@ class Syncer:
             request = None
         wanted = locking.slurm_node_busy(slurm_info) or (
             request is not None and request.keeps_lock(now))
-        pods = [locking.pod_on_node(p, job_id_annotation=self.job_id_key,
+        pods = [locking.pod_on_node(p, placed_by_sunk=self._placed_by_sunk(p),
                                     slurmd_selector=self.slurmd_selector)
                 for p in self.pods_on(k8s_node)]
         current = self._lock_state(slurm_node)

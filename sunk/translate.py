@@ -7,6 +7,7 @@ the Pod itself: resources, identity, placement exclusions and the placeholder sc
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Mapping
@@ -25,6 +26,36 @@ _LIST_FIELDS = ("excluded_nodes", "required_nodes")
 _EXTRA = re.compile(r"^sunk-pod=(?P<ns>[^/\s]+)/(?P<name>[^\s]+) uid=(?P<uid>[0-9a-fA-F-]+)"
                     r" scheduler=(?P<scheduler>[^\s:]+)")
 STARTED = ": started"
+
+#: The annotations a Pod's author may set under the prefix (the reference product's table).
+POD_ANNOTATIONS = ("account", "comment", "constraints", "exclusive", "excluded-nodes",
+                   "required-nodes", "partition", "prefer", "priority", "qos", "reservation",
+                   "user-id", "group-id", "current-working-dir", "timeout")
+#: What the scheduler and syncer write themselves (docs/security.md).
+OWNED_ANNOTATIONS = ("job-id", "rejected", "pod-uid", "lock", "slurm-state", "slurm-reason",
+                     "leader")
+
+
+class Unschedulable(ValueError):
+    """The Pod can never be placed as it stands (the Pod must be changed): refused up front."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def unknown_annotations(annotations: Mapping[str, str],
+                        prefix: str) -> list[tuple[str, str | None]]:
+    """Keys under the prefix that sunk does not read (a misspelling, most often), each with
+    the closest known key, if one is close."""
+    known = POD_ANNOTATIONS + OWNED_ANNOTATIONS
+    unknown = []
+    for key in sorted(annotations):
+        if not key.startswith(prefix) or key[len(prefix):] in known:
+            continue
+        close = difflib.get_close_matches(key[len(prefix):], POD_ANNOTATIONS, n=1, cutoff=0.75)
+        unknown.append((key[:200], prefix + close[0] if close else None))
+    return unknown
 
 
 @dataclass(frozen=True)
@@ -151,8 +182,17 @@ def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
     if (gid := mappings.get("group_id")) not in (None, ""):
         job["group_id"] = str(gid)
     requested = {k: [str(n) for n in mappings.get(k) or []] for k in _LIST_FIELDS}
-    excluded = sorted(set(requested["excluded_nodes"])
-                      | set(placement.excluded_slurm_nodes(pod, snap)))
+    by_placement = set(placement.excluded_slurm_nodes(pod, snap))
+    excluded = sorted(set(requested["excluded_nodes"]) | by_placement)
+    if conflict := sorted(set(requested["required_nodes"]) & set(excluded)):
+        reasons = {n: ("in excluded-nodes" if n in requested["excluded_nodes"]
+                       else placement.why_excluded(pod, snap, n)) for n in conflict}
+        said = "; ".join(f"{n}: {why}" for n, why in reasons.items())
+        if all(why in placement.PASSING_REASONS for why in reasons.values()):
+            raise LookupError(f"required node(s) not usable yet ({said}); waiting")
+        raise Unschedulable("PlacementConflict",
+                            f"required node(s) excluded ({said}): Slurm would refuse the job "
+                            "('Invalid node name specified'); change the Pod")
     if excluded:
         job["excluded_nodes"] = excluded
     if requested["required_nodes"]:

@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -76,6 +77,8 @@ class Testbed:
     kill_wait: int
     ports: dict[str, int] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
+    #: How each restartable part was started (outage tests stop and start them again).
+    cmds: dict[str, list[str]] = field(default_factory=dict)
     hook_token: str = ""
     slurm_token: str = ""
     ready: bool = False
@@ -250,7 +253,7 @@ def _start_kubernetes(tb: Testbed, bins: build.Binaries) -> None:
     procs.wait_for(lambda: httpx.get(f"{etcd_url}/health", timeout=1).status_code == 200,
                    what="etcd", timeout=30, log=tb.log("etcd"), pid=tb.pids["etcd"])
     p = tb.pki
-    tb.pids["kube-apiserver"] = procs.start([
+    tb.pids["kube-apiserver"] = _launch(tb, "kube-apiserver", [
         str(bins.kube_apiserver), f"--etcd-servers={etcd_url}",
         f"--cert-dir={p}", f"--tls-cert-file={p / 'apiserver.crt'}",
         f"--tls-private-key-file={p / 'apiserver.key'}", f"--client-ca-file={p / 'ca.crt'}",
@@ -265,6 +268,47 @@ def _start_kubernetes(tb: Testbed, bins: build.Binaries) -> None:
         "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition", "--v=0"],
         tb.log("kube-apiserver"))
     tb.save()
+
+
+def _launch(tb: Testbed, name: str, cmd: list[str], log: Path) -> int:
+    tb.cmds[name] = cmd
+    return procs.start(cmd, log)
+
+
+#: The parts an outage test may kill and start again, and how to tell one is serving again.
+RESTARTABLE = ("kube-apiserver", "slurmctld", "slurmrestd")
+
+
+def kill_part(tb: Testbed, name: str, sig: int = signal.SIGKILL) -> None:
+    """Stop one part of the bed as a crash would (SIGKILL by default): for outage tests."""
+    if name not in RESTARTABLE:
+        raise TestbedError(f"{name} cannot be restarted; one of {', '.join(RESTARTABLE)}")
+    pid = tb.pids[name]
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+    procs.wait_for(lambda: not procs.alive(pid), what=f"{name} to stop", timeout=30,
+                   log=tb.log(name), pid=None)
+
+
+def start_part(tb: Testbed, name: str, *, timeout: float = 60) -> None:
+    """Start a part stopped by :func:`kill_part` again, with its first command line, and wait
+    until it serves."""
+    if procs.alive(tb.pids[name]):
+        return
+    tb.pids[name] = procs.start(tb.cmds[name], tb.log(name))
+    tb.save()
+    def kube_ready() -> bool:
+        with tb.kube() as client:
+            return client.get("/readyz").status_code == 200
+
+    ready = {
+        "kube-apiserver": kube_ready,
+        "slurmctld": lambda: "is UP" in tb.slurm("scontrol", "ping", timeout=5),
+        "slurmrestd": lambda: httpx.get(f"{tb.slurmrestd_url}/slurm/v0.0.42/ping",
+                                        headers=tb.slurm_headers(), timeout=5
+                                        ).status_code == 200,
+    }[name]
+    procs.wait_for(ready, what=name, timeout=timeout, log=tb.log(name), pid=tb.pids[name])
 
 
 def _wait_kubernetes(tb: Testbed) -> None:
@@ -421,20 +465,23 @@ def _start_slurm(tb: Testbed) -> None:
     jwt = etc / "jwt.key"
     jwt.write_bytes(secrets.token_bytes(32))
     jwt.chmod(0o600)
-    # What the prolog and placeholder scripts need to reach the scheduler's hook API.
+    # Where the prolog and placeholder scripts reach the scheduler's hook API: every job may
+    # read it (placeholder jobs run as the Pod's Slurm user, the user-id annotation) ...
     env_file = etc / "sunk-hooks.env"
-    env_file.write_text(f"SUNK_HOOK_URL={tb.hook_url}\nSUNK_HOOK_TOKEN={tb.hook_token}\n"
-                        f"SUNK_LOCK_TIMEOUT={LOCK_TIMEOUT}\n")
-    # Placeholder jobs run as the Pod's Slurm user (user-id annotation), and must read it.
+    env_file.write_text(f"SUNK_HOOK_URL={tb.hook_url}\nSUNK_LOCK_TIMEOUT={LOCK_TIMEOUT}\n")
     env_file.chmod(0o644)
+    # ... and the node secret, for the prolog (root) alone.
+    token_file = etc / "sunk-hooks.token"
+    token_file.write_text(tb.hook_token + "\n")
+    token_file.chmod(0o600)
 
     tb.pids["munged"] = procs.start(
         tb.chroot_cmd("munged", "--foreground", "--force", user="munge:munge"), tb.log("munged"))
     tb.save()
     procs.wait_for(lambda: (run / "munge/munge.socket.2").exists(), what="munged", timeout=20,
                    log=tb.log("munged"), pid=tb.pids["munged"])
-    tb.pids["slurmctld"] = procs.start(tb.chroot_cmd("slurmctld", "-D", "-i"),
-                                       tb.log("slurmctld"))
+    tb.pids["slurmctld"] = _launch(tb, "slurmctld", tb.chroot_cmd("slurmctld", "-D", "-i"),
+                                   tb.log("slurmctld"))
     tb.save()
     procs.wait_for(lambda: "is UP" in tb.slurm("scontrol", "ping", timeout=5),
                    what="slurmctld", timeout=60, log=tb.log("slurmctld"),
@@ -455,7 +502,7 @@ def _wait_slurm(tb: Testbed) -> None:
     procs.wait_for(all_idle, what=f"{tb.node_count} idle Slurm nodes", timeout=120,
                    log=tb.log("slurmctld"), pid=tb.pids["slurmctld"])
     say("starting slurmrestd (JWT) and minting a token")
-    tb.pids["slurmrestd"] = procs.start(
+    tb.pids["slurmrestd"] = _launch(tb, "slurmrestd",
         tb.chroot_cmd("SLURM_JWT=daemon", "slurmrestd", "-a", "rest_auth/jwt",
                       "-s", "openapi/slurmctld", f"127.0.0.1:{tb.ports['slurmrestd']}",
                       user="nobody:nogroup"),

@@ -6,6 +6,7 @@ A test bed that this run started is stopped at the end of the run; one that was 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import sys
@@ -72,11 +73,22 @@ async def slurm(testbed: cluster.Testbed) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture
 async def namespace(kube: kr8s.asyncio.Api) -> AsyncIterator[str]:
-    """A namespace of the test's own, emptied and removed afterwards.
+    """A namespace of the test's own, emptied and removed afterwards."""
+    async with scratch_namespace(kube) as name:
+        yield name
 
-    The test bed has no namespace controller, so cleanup deletes the Pods itself (at once) and
-    then finalizes the namespace as that controller would.
-    """
+
+@pytest.fixture
+async def other_namespace(kube: kr8s.asyncio.Api) -> AsyncIterator[str]:
+    """A second namespace of the test's own (another user's, say)."""
+    async with scratch_namespace(kube) as name:
+        yield name
+
+
+@contextlib.asynccontextmanager
+async def scratch_namespace(kube: kr8s.asyncio.Api) -> AsyncIterator[str]:
+    """The test bed has no namespace controller, so cleanup deletes the Pods itself (at once)
+    and then finalizes the namespace as that controller would."""
     name = f"t-{secrets.token_hex(4)}"
     ns = await kr8s.asyncio.objects.Namespace({"metadata": {"name": name}}, api=kube)
     await ns.create()

@@ -40,8 +40,17 @@ def test_pod_on_node_reads_owner_tolerations_and_sunk_annotation() -> None:
                         "ownerReferences": [{"kind": "DaemonSet"}],
                         "annotations": {"sunk.coreweave.com/job-id": "3"}},
            "spec": {"tolerations": [{"key": "sunk.coreweave.com/lock", "operator": "Exists"}]}}
-    facts = pod_on_node(pod, job_id_annotation="sunk.coreweave.com/job-id",
-                        slurmd_selector={"app": "slurmd"})
+    facts = pod_on_node(pod, placed_by_sunk=True, slurmd_selector={"app": "slurmd"})
     assert facts.daemonset and facts.tolerates_lock and facts.placed_by_sunk
     assert not facts.is_slurmd and facts.stays
     assert LockState.parse("bogus") is LockState.FALSE
+
+
+def test_a_pod_is_placed_by_sunk_only_on_the_callers_word_not_its_annotations() -> None:
+    forged = {"metadata": {"namespace": "n", "name": "p",
+                           "annotations": {"sunk.coreweave.com/job-id": "3",
+                                           "sunk.coreweave.com/pod-uid": "u"}, "uid": "u"},
+              "spec": {}}
+    facts = pod_on_node(forged, placed_by_sunk=False, slurmd_selector={"app": "slurmd"})
+    assert not facts.placed_by_sunk and not facts.stays
+    assert plan(wanted=True, strict=False, pods=[facts]).evict == ("n/p",)

@@ -33,12 +33,12 @@ def test_a_rotated_token_file_is_read_again_within_a_second(
     token = tmp_path / "token"
     token.write_text("first\n")
     s = from_args([f"--slurm-auth-token-file={token}", f"--hooks-token-file={token}"])
-    assert s.slurm_token() == "first" and s.hook_token() == "first"
+    assert s.slurm_token() == "first" and s.hook_tokens() == ["first"]
     token.write_text("second\n")
     now[0] += 0.5
     assert s.slurm_token() == "first"  # not read again on every call
     now[0] += 0.6
-    assert s.slurm_token() == "second" and s.hook_token() == "second"
+    assert s.slurm_token() == "second" and s.hook_tokens() == ["second"]
     assert read_secret_file(token) == "second"
 
 
