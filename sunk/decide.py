@@ -17,7 +17,7 @@ FINISHED_STATES = frozenset({"CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "PRE
 
 class Step(enum.Enum):
     NOTHING = "nothing"          # done, or nothing to do until something changes
-    SUBMIT = "submit"            # validate, then submit a placeholder job (or adopt one)
+    SUBMIT = "submit"            # validate, then submit a placeholder job (again, if lost)
     WAIT = "wait"                # the job is pending, or running but not started yet
     BIND = "bind"                # the job runs and its script started: bind the Pod
     CANCEL_JOB = "cancel-job"    # the Pod is going or gone: release its job
@@ -54,6 +54,10 @@ def decide(pod: PodView | None, job: JobView | None) -> Step:
         return Step.NOTHING
     if pod.job_id is None:
         return Step.NOTHING if pod.bound else Step.SUBMIT
+    if job is None and not pod.bound:
+        # Slurm lost the job before it ran (a slurmctld crash before it saved its state), or
+        # purged it: the Pod holds nothing yet, so it gets a new job rather than going.
+        return Step.SUBMIT
     if job is None or job.finished:
         return Step.DELETE_POD
     if pod.bound:

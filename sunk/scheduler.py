@@ -172,7 +172,8 @@ class Scheduler:
         self.state.slurm_healthy, self.state.slurm_error = error is None, str(error or "")
         metrics.SLURM_UP.set(error is None)
         if recovered and self.ready.is_set():
-            log.info("Slurm answers again; looking at every Pod")
+            log.info("Slurm answers again; listing its jobs and looking at every Pod")
+            self._fire(self._relist_jobs())
             self._requeue_all()
 
     def _requeue_all(self) -> None:
@@ -196,11 +197,39 @@ class Scheduler:
             return None
         if job.finished and not job.nodes and job.job_id not in self.jobs:
             return None
+        before = self.jobs.get(job.job_id)
+        earlier = translate.parse_extra(before.extra)[0] if before is not None else None
+        if earlier is not None and earlier.uid != who.uid:
+            # Slurm reuses a job id after it lost the job (a slurmctld that crashed before
+            # saving its state): the id is now another Pod's, the old Pod's job is gone.
+            log.warning("job %d is now %s's, no longer %s's: Slurm lost the earlier job",
+                        job.job_id, who.key, earlier.key)
+            if self.job_by_uid.get(earlier.uid) == job.job_id:
+                del self.job_by_uid[earlier.uid]
+            self.queue.add(earlier.key)
         self.jobs[job.job_id] = job
         newest = self.job_by_uid.get(who.uid)
-        if newest is None or job.job_id >= newest:
+        if newest is None or job.job_id >= newest or newest not in self.jobs:
             self.job_by_uid[who.uid] = job.job_id
         return who
+
+    async def _relist_jobs(self) -> None:
+        """After an outage of Slurm: every job again, in full. A slurmctld that crashed comes
+        back with the state it last saved: jobs submitted just before are gone, and their ids
+        are given to new jobs. What was lost is forgotten (its Pod is reconciled: submitted
+        again if it was not bound yet), what moved to another Pod is learned anew."""
+        try:
+            listed = await self.slurm.all_jobs()
+        except SlurmError as exc:
+            log.warning("listing jobs after Slurm came back failed: %s", exc)
+            return
+        fresh = {job.job_id: job for job in listed}
+        for job_id in [j for j in self.jobs if j not in fresh]:
+            self._forget(job_id)
+        for job in listed:
+            if self._learn(job) is not None:
+                self._wake(job)
+        log.info("Slurm came back: %d jobs of ours", len(self.jobs))
 
     async def _poll_slurm(self) -> None:
         """The one Slurm poller: every job's state in one cheap call, a job's details only

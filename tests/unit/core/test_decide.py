@@ -35,6 +35,8 @@ RUNNING_STARTED = JobView(state="RUNNING", started=True, node="h100-000")
     (PodView(job_id=7, bound=True, phase="Running"), JobView(state="TIMEOUT"), Step.DELETE_POD),
     (PodView(job_id=7), JobView(state="CANCELLED"), Step.DELETE_POD),
     (PodView(job_id=7, bound=True, phase="Running"), None, Step.DELETE_POD),
+    # Slurm lost the job before it ran (or purged it): a new job, the Pod holds nothing yet
+    (PodView(job_id=7), None, Step.SUBMIT),
 ])
 def test_decide(pod: PodView | None, job: JobView | None, step: Step) -> None:
     assert decide(pod, job) is step

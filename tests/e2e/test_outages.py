@@ -1,0 +1,134 @@
+"""Outages are waited out: the API server, slurmrestd or slurmctld killed (SIGKILL) during a
+burst of Pods and started again 15 s or 120 s later. Throughout, the scheduler process stays up
+and says on /readyz what is missing; afterwards every Pod is bound, with exactly one job each,
+and once the Pods are deleted no job of theirs runs and no node stays locked."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import kr8s.asyncio
+import pytest
+
+from testbed import cluster
+from tests.e2e.conftest import RunningScheduler
+from tests.e2e.helpers import (
+    create,
+    eventually,
+    get_pod,
+    kube_list,
+    pod_manifest,
+    quiet,
+    wait_bound,
+)
+
+LOCK = "sunk.coreweave.com/lock"
+BURST = 8
+#: What /readyz names when each part is down.
+MISSING = {"kube-apiserver": "API server", "slurmrestd": "Slurm", "slurmctld": "Slurm"}
+
+
+@contextlib.contextmanager
+def patient_prolog(testbed: cluster.Testbed, seconds: int) -> Iterator[None]:
+    """A job starting during an API-server outage waits in its prolog for the lock (as on a
+    real cluster, where the prolog waits 300 s); the bed's short wait is for its lock tests."""
+    env = Path(testbed.chroot) / "run/slurm/etc/sunk-hooks.env"
+    before = env.read_text()
+    env.write_text("".join(line for line in before.splitlines(keepends=True)
+                           if not line.startswith("SUNK_LOCK_TIMEOUT="))
+                   + f"SUNK_LOCK_TIMEOUT={seconds}\n")
+    try:
+        yield
+    finally:
+        env.write_text(before)
+
+
+def readyz(scheduler: RunningScheduler) -> tuple[int, str]:
+    try:
+        r = httpx.get(scheduler.url("health") + "/readyz", timeout=3)
+    except httpx.HTTPError as exc:
+        return 0, repr(exc)
+    return r.status_code, r.text
+
+
+async def jobs_of(slurm: httpx.AsyncClient, uids: set[str]) -> dict[str, list[str]]:
+    """Every job Slurm holds (placed or not) for each Pod uid, by the uid in its extra."""
+    listed = (await slurm.get("/slurm/v0.0.42/jobs/")).json()["jobs"]
+    found: dict[str, list[str]] = {uid: [] for uid in uids}
+    for job in listed:
+        for uid in uids:
+            if f"uid={uid} " in (job.get("extra") or ""):
+                found[uid].append(f"{job['job_id']}:{job['job_state'][0]}")
+    return found
+
+
+@pytest.mark.parametrize("down", [15, 120], ids=["15s", "120s"])
+@pytest.mark.parametrize("part", cluster.RESTARTABLE)
+async def test_the_scheduler_waits_out_an_outage(
+        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        scheduler: RunningScheduler, testbed: cluster.Testbed, part: str, down: int) -> None:
+    await quiet(slurm, testbed)
+    names = [f"burst-{i}" for i in range(BURST)]
+    with patient_prolog(testbed, down + 120):
+        for name in names[: BURST // 2]:
+            await create(kube, pod_manifest(name, namespace, scheduler.name, cpu="4"))
+        await asyncio.sleep(0.5)  # some submitted, some bound, some not yet seen
+        cluster.kill_part(testbed, part, signal.SIGKILL)
+        killed = time.monotonic()
+        try:
+            if part != "kube-apiserver":  # Pods keep coming while Slurm is away
+                for name in names[BURST // 2:]:
+                    await create(kube, pod_manifest(name, namespace, scheduler.name, cpu="4"))
+            said = ""
+            while time.monotonic() - killed < down:
+                assert scheduler.process.poll() is None, "the scheduler exited during the outage"
+                status, text = readyz(scheduler)
+                if status == 503 and MISSING[part] in text:
+                    said = text
+                await asyncio.sleep(1)
+            assert said, f"/readyz never said {MISSING[part]} was missing"
+        finally:
+            cluster.start_part(testbed, part)
+        if part == "kube-apiserver":
+            for name in names[BURST // 2:]:
+                await create(kube, pod_manifest(name, namespace, scheduler.name, cpu="4"))
+        bound = [await wait_bound(kube, namespace, name, within=120) for name in names]
+    assert scheduler.process.poll() is None
+
+    async def settled() -> bool:
+        return readyz(scheduler)[0] == 200
+
+    await eventually(settled, within=30)
+    uids = {pod["metadata"]["uid"] for pod in bound}
+    jobs = await jobs_of(slurm, uids)
+    assert all(len(listed) == 1 for listed in jobs.values()), f"one job per Pod: {jobs}"
+
+    async with kube.call_api("DELETE", namespace=namespace, url="pods"):
+        pass
+
+    async def all_gone() -> bool:
+        return all([await get_pod(kube, namespace, name) is None for name in names])
+
+    await eventually(all_gone, within=60)
+
+    async def no_job_runs() -> bool:
+        states = [s for listed in (await jobs_of(slurm, uids)).values() for s in listed]
+        return not any(s.endswith((":RUNNING", ":PENDING")) for s in states)
+
+    await eventually(no_job_runs, within=60)
+
+    async def unlocked() -> bool:
+        slurmd = await kube_list(kube, "pods", namespace="slurm")
+        nodes = await kube_list(kube, "nodes")
+        return (all((p["metadata"].get("annotations") or {}).get(LOCK, "false") == "false"
+                    for p in slurmd)
+                and not any(t.get("key") == LOCK for n in nodes
+                            for t in (n.get("spec") or {}).get("taints") or []))
+
+    await eventually(unlocked, within=60)
