@@ -12,8 +12,9 @@
 #    the node to another job while the Pod still holds it. If the Pod is still there just
 #    before KillWait, drain the node (naming the Pod); Slurm then kills the job at KillWait.
 #
-# Needs SUNK_HOOK_URL and SUNK_HOOK_TOKEN, from $SUNK_HOOKS_ENV (default
-# /etc/slurm/sunk-hooks.env), and SUNK_KILL_WAIT (passed by sunk with the job).
+# Needs SUNK_HOOK_URL, from $SUNK_HOOKS_ENV (default /etc/slurm/sunk-hooks.env), and from sunk
+# with the job: SUNK_JOB_TOKEN (this job's own credential: it may call the hooks of this job
+# only; the node secret stays with root) and SUNK_KILL_WAIT.
 set -u
 HOOKS_ENV=${SUNK_HOOKS_ENV:-/etc/slurm/sunk-hooks.env}
 # shellcheck disable=SC1090
@@ -28,7 +29,7 @@ log() { echo "sunk placeholder job $JOB: $*" >&2; }
 # hook METHOD PATH [BODY] [MAX_SECONDS]: prints the body, then the HTTP status on its own line.
 hook() {
     curl -sS --max-time "${4:-10}" -X "$1" \
-        -H "Authorization: Bearer ${SUNK_HOOK_TOKEN:-}" -H "Content-Type: application/json" \
+        -H "Authorization: Bearer ${SUNK_JOB_TOKEN:-}" -H "Content-Type: application/json" \
         ${3:+--data "$3"} -w '\n%{http_code}' "${SUNK_HOOK_URL:-http://127.0.0.1:8000}$2" \
         2>/dev/null || echo "000"
 }
@@ -69,7 +70,11 @@ scontrol update jobid="$JOB" extra="${SUNK_JOB_EXTRA:?not set by sunk}: started"
     exit 1
 }
 # The scheduler polls Slurm and would see it anyway; telling it binds the Pod sooner.
-hook POST "/hooks/v1/jobs/$JOB/started" "{\"node\":\"$NODE\"}" 5 >/dev/null
+answer=$(hook POST "/hooks/v1/jobs/$JOB/started" "{\"node\":\"$NODE\"}" 5)
+case "$answer" in
+    *200) ;;
+    *) log "the started hook answered: $answer (the scheduler's poll binds the Pod anyway)" ;;
+esac
 trap on_term TERM INT
 sleep infinity &
 wait

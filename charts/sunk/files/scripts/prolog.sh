@@ -8,12 +8,19 @@
 # SLURM_JOB_EXTRA names a Pod) asks for a strict lock. An error or a timeout fails the prolog,
 # so Slurm drains the node: a job never starts on a node still shared with unknown work.
 #
-# Needs SUNK_HOOK_URL and SUNK_HOOK_TOKEN, from $SUNK_HOOKS_ENV (default
-# /etc/slurm/sunk-hooks.env); SUNK_LOCK_TIMEOUT (seconds, default 300) may be set there too.
+# Needs SUNK_HOOK_URL from $SUNK_HOOKS_ENV (default /etc/slurm/sunk-hooks.env; SUNK_LOCK_TIMEOUT,
+# seconds, default 300, may be set there too) and the node secret from $SUNK_HOOK_TOKEN_FILE
+# (default /etc/slurm/sunk-hooks.token), a file only root may read: the prolog runs as root,
+# jobs do not, and the secret may lock any node (docs/security.md).
 set -u
 HOOKS_ENV=${SUNK_HOOKS_ENV:-/etc/slurm/sunk-hooks.env}
 # shellcheck disable=SC1090
 [ -r "$HOOKS_ENV" ] && . "$HOOKS_ENV"
+TOKEN_FILE=${SUNK_HOOK_TOKEN_FILE:-/etc/slurm/sunk-hooks.token}
+if [ -z "${SUNK_HOOK_TOKEN:-}" ] && [ -r "$TOKEN_FILE" ]; then
+    # The first line is the current secret (more lines: older ones, still accepted).
+    SUNK_HOOK_TOKEN=$(head -n 1 "$TOKEN_FILE")
+fi
 NODE=${SLURMD_NODENAME:-$(hostname)}
 JOB=${SLURM_JOB_ID:?}
 TIMEOUT=${SUNK_LOCK_TIMEOUT:-300}
@@ -42,7 +49,7 @@ while :; do
         *'"locked":true'*200) exit 0 ;;
         *200) ;;  # still pending: ask again (the call itself waited)
         *401|*403) log "the hook API refused our token: $answer"; exit 1 ;;
-        *404) log "the scheduler does not know this node: $answer"; exit 1 ;;
+        *404|*409) log "the scheduler refused the lock: $answer"; exit 1 ;;
         *) sleep 1 ;;  # unreachable or busy: retry until the deadline
     esac
 done
