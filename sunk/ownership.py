@@ -72,13 +72,13 @@ def read(annotations: Mapping[str, str], uid: str, keys: Keys, *, proven: int | 
     if proven is not None:
         if raw_job != str(proven) or not written_for_us:
             if raw_job is not None and raw_job != str(proven):
-                ignored[keys.job_id] = (f"{raw_job!r} is not this Pod's job; Slurm ties job "
+                ignored[keys.job_id] = (f"{raw_job[:40]!r} is not this Pod's job; Slurm ties job "
                                         f"{proven} to it")
             return Ownership(job_id=proven, ignored=ignored,
                              write={keys.job_id: str(proven), keys.pod_uid: uid,
                                     keys.rejected: None})
     elif raw_job is not None:
-        if not raw_job.isdigit() or len(raw_job) > 10:
+        if not (raw_job.isascii() and raw_job.isdigit()) or len(raw_job) > 10:
             ignored[keys.job_id] = f"{raw_job[:40]!r} is not a Slurm job id"
         elif not written_for_us:
             ignored[keys.job_id] = (f"job {raw_job} was not given to this Pod by the scheduler "
@@ -103,7 +103,5 @@ def read(annotations: Mapping[str, str], uid: str, keys: Keys, *, proven: int | 
     if keys.pod_uid in annotations and not written_for_us:
         ignored.setdefault(keys.pod_uid, f"{annotations[keys.pod_uid][:40]!r} is not this "
                                          "Pod's uid")
-    write: dict[str, str | None] = {}
-    if ignored and job_id is None:
-        write = dict.fromkeys(k for k in keys.all if k in annotations)
-    return Ownership(job_id=job_id, rejected=rejected or "", ignored=ignored, write=write)
+    return Ownership(job_id=job_id, rejected=rejected or "", ignored=ignored,
+                     write=dict.fromkeys(ignored))

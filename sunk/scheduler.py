@@ -110,6 +110,8 @@ class Scheduler:
         self._assumed_bound: set[str] = set()
         #: Pod uids already told that annotations on them were ignored (one Event each).
         self._disowned: set[str] = set()
+        #: Jobs whose extra names a Pod but which the scheduler did not submit (logged once).
+        self._impostors: set[int] = set()
         #: Pod uid -> the newest job id known before a submit whose answer was lost.
         self._uncertain_submits: dict[str, int] = {}
         #: (job id, pending reason) pairs already reported as stuck (one Event each).
@@ -194,6 +196,15 @@ class Scheduler:
         never placed, unknown to us) is not a job of a Pod, and must not wake the Pod again."""
         who, _ = translate.parse_extra(job.extra)
         if who is None or who.scheduler != self.settings.scheduler_name:
+            return None
+        if job.admin_comment != translate.admin_comment(who):
+            # Its extra names a Pod, but the scheduler did not submit it: a user's job that
+            # copied a placeholder's extra must never pass for that Pod's job.
+            if job.job_id not in self._impostors:
+                self._impostors.add(job.job_id)
+                log.warning("job %d claims to be Pod %s's (extra) but was not submitted by "
+                            "this scheduler (admin_comment %r): ignored", job.job_id, who.key,
+                            job.admin_comment[:80])
             return None
         if job.finished and not job.nodes and job.job_id not in self.jobs:
             return None
@@ -560,8 +571,9 @@ class Scheduler:
             rejected=bool(owned.rejected),
         )
 
-    async def _job_view(self, job_id: int | None) -> JobView | None:
-        """The job as Slurm has it; only jobs of ours are kept (:meth:`_learn`)."""
+    async def _job_view(self, job_id: int | None, uid: str) -> JobView | None:
+        """The job as Slurm has it, if it is still the job of the Pod ``uid`` (None: gone).
+        Slurm may have given the id to another Pod's job since (after losing this one)."""
         if job_id is None:
             return None
         job = self.jobs.get(job_id)
@@ -569,13 +581,15 @@ class Scheduler:
             job = await self.slurm.job(job_id)
             if job is None or self._learn(job) is None:
                 return None
-        _, started = translate.parse_extra(job.extra)
+        who, started = translate.parse_extra(job.extra)
+        if who is None or who.uid != uid:
+            return None
         return JobView(state=job.state, started=started, node=job.nodes)
 
     async def reconcile(self, key: str) -> None:
         if "#" in key:  # a deleted Pod's job: "ns/name#uid#job"
-            _, _, job_id = key.split("#")
-            job = await self._job_view(int(job_id))
+            _, uid, job_id = key.split("#")
+            job = await self._job_view(int(job_id), uid)
             if decide(None, job) is Step.CANCEL_JOB:
                 await self._cancel(int(job_id), key.split("#")[0], "its Pod was deleted")
             return
@@ -586,7 +600,7 @@ class Scheduler:
         if owned.ignored:
             await self._disown(pod, owned)
         view = self._pod_view(pod, owned)
-        job = await self._job_view(view.job_id)
+        job = await self._job_view(view.job_id, pod["metadata"]["uid"])
         record = self._record(pod, view, job, owned.rejected)
         step = decide(view, job)
         if step is Step.SUBMIT:
@@ -756,7 +770,7 @@ class Scheduler:
                 self._uncertain_submits[uid] = newest
             raise
         self._learn(Job(job_id=job_id, name=job["name"], state="PENDING", extra=job["extra"],
-                        nodes="", reason="", raw={}))
+                        nodes="", reason="", raw={}, admin_comment=job["admin_comment"]))
         return job_id
 
     async def _reject(self, pod: kube.Obj, record: PodRecord, reason: str, message: str) -> None:

@@ -65,6 +65,8 @@ class Job:
     nodes: str
     reason: str
     raw: dict[str, Any] = field(repr=False, default_factory=dict)
+    #: Set by the submitter only if a Slurm operator (sunk's proof that a job is its own).
+    admin_comment: str = ""
     #: When this record was read from Slurm, or its state last changed (monotonic seconds).
     checked_at: float = field(default_factory=time.monotonic)
 
@@ -74,7 +76,7 @@ class Job:
         return cls(job_id=int(raw["job_id"]), name=raw.get("name") or "",
                    state=states[0] if states else "UNKNOWN", extra=raw.get("extra") or "",
                    nodes=raw.get("nodes") or "", reason=raw.get("state_reason") or "",
-                   raw=raw)
+                   raw=raw, admin_comment=raw.get("admin_comment") or "")
 
     @property
     def finished(self) -> bool:
@@ -87,6 +89,13 @@ def _error_text(error: dict[str, Any]) -> str:
     parts = [str(error.get(k) or "").strip() for k in ("description", "error")]
     parts = [p for i, p in enumerate(parts) if p and p not in parts[:i]]
     return ": ".join(parts) or str(error)
+
+
+def _error_number(error: dict[str, Any]) -> int | None:
+    """An error's ``error_number`` (slurm_errno.h), if it is one: ASCII digits, few of them
+    (``"²".isdigit()`` holds, and ``int()`` refuses it; it refuses 5000 digits too)."""
+    text = str(error.get("error_number", ""))
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 9 else None
 
 
 class SlurmClient:
@@ -120,12 +129,12 @@ class SlurmClient:
             body = {}
         if not isinstance(body, dict):
             body = {}
-        errors = [e for e in body.get("errors") or [] if isinstance(e, dict)]
+        listed = body.get("errors")
+        errors = [e for e in listed if isinstance(e, dict)] if isinstance(listed, list) else []
         if r.status_code >= 400 or errors:
             said = "; ".join(_error_text(e) for e in errors)
             message = said or r.text.strip()[:500] or r.reason_phrase
-            numbers = tuple(int(e["error_number"]) for e in errors
-                            if str(e.get("error_number", "")).isdigit())
+            numbers = tuple(n for e in errors if (n := _error_number(e)) is not None)
             raise SlurmError(f"{method} {path}: {r.status_code} {message}",
                              status=r.status_code, slurm_message=message, numbers=numbers)
         return body

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+#: ASCII digits only (``\d`` takes any Unicode digit), and few of them: Python refuses to read
+#: an integer of more than 4300 digits (ValueError), and no node index has 19.
+_RANGE = re.compile(r"([0-9]{1,18})(?:-([0-9]{1,18}))?")
 #: A hostlist longer than this is not expanded (a node name check needs no more).
 MAX_HOSTS = 100_000
 
@@ -13,18 +16,22 @@ def expand_hostlist(text: str) -> list[str]:
     """``h100-[000-002,5],a1`` -> ``[h100-000, h100-001, h100-002, h100-5, a1]``.
 
     Slurm's hostlist syntax: comma-separated names, each with at most bracketed ranges of
-    zero-padded numbers. Malformed input expands to what can be read, never raises."""
+    zero-padded numbers. Malformed input expands to what can be read, never raises; at most
+    :data:`MAX_HOSTS` names come back (the product of several bracketed ranges is never built
+    beyond that)."""
     hosts: list[str] = []
     for name in _split_top(text):
         expanded = [""]
+        room = MAX_HOSTS - len(hosts)
         for literal, ranges in re.findall(r"([^\[]*)(?:\[([^\]]*)\])?", name):
             if not literal and not ranges:
                 continue
             numbers = _ranges(ranges) if ranges else [""]
-            expanded = [p + literal + n for p in expanded for n in numbers]
-            if len(expanded) > MAX_HOSTS:
-                return hosts + expanded[:MAX_HOSTS]
+            expanded = list(itertools.islice(
+                (p + literal + n for p in expanded for n in numbers), room))
         hosts += [h for h in expanded if h]
+        if len(hosts) >= MAX_HOSTS:
+            return hosts[:MAX_HOSTS]
     return hosts
 
 
@@ -46,7 +53,7 @@ def _split_top(text: str) -> list[str]:
 def _ranges(text: str) -> list[str]:
     out: list[str] = []
     for part in text.split(","):
-        m = _RANGE.match(part.strip())
+        m = _RANGE.fullmatch(part.strip())
         if m is None:
             continue
         first, last = m.group(1), m.group(2) or m.group(1)
@@ -54,6 +61,8 @@ def _ranges(text: str) -> list[str]:
             continue
         width = len(first) if first.startswith("0") else 0
         out += [str(n).zfill(width) for n in range(int(first), int(last) + 1)]
+        if len(out) >= MAX_HOSTS:
+            return out[:MAX_HOSTS]
     return out
 
 

@@ -99,6 +99,14 @@ def parse_extra(extra: str | None) -> tuple[PodIdentity | None, bool]:
     return who, extra.rstrip().endswith(STARTED)
 
 
+def admin_comment(pod: PodIdentity) -> str:
+    """The job's ``admin_comment``: the proof that the scheduler submitted the job for this
+    Pod. ``extra`` can be written by the job's own user (the placeholder appends to it, and
+    ``sbatch --extra`` sets it), so a user could make a job of theirs claim to be a Pod's;
+    only Slurm operators can set ``admin_comment`` (slurmctld refuses anyone else)."""
+    return f"sunk-pod-uid={pod.uid} scheduler={pod.scheduler}"
+
+
 def job_name(pod: PodIdentity) -> str:
     return f"pod:{pod.namespace}/{pod.name}"
 
@@ -147,6 +155,7 @@ def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
     extra = job_extra(who)
     job: dict[str, Any] = {
         "name": job_name(who),
+        "admin_comment": admin_comment(who),
         "script": f"#!/bin/sh\nexec {settings.placeholder_script}\n",
         "extra": extra,
         "nodes": "1",

@@ -17,8 +17,8 @@ from testbed import cluster
 from tests.e2e.conftest import RunningScheduler
 from tests.e2e.helpers import (
     create,
-    eventually,
     events_for,
+    eventually,
     get_pod,
     pod_manifest,
     quiet,

@@ -1,19 +1,43 @@
-"""The hook API's contract: auth, input checks, 404s and the in-flight bound."""
+"""The hook API's contract: who may call what (node secret vs a job's own credential), input
+checks, 404s, the scheduler's refusals passed on, and the in-flight bound."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import httpx
+import pytest
+from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
+from sunk.hookauth import HookKeys, HookRefused, job_owner
 from sunk.hooks import create_hooks_app
 from sunk.locking import LockState
 from sunk.servers import serve
 from testbed.procs import free_ports
 
+NAME = "sched"
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+#: The jobs of this scheduler, and the uid of the Pod each is for. Job 9 exists nowhere.
+JOBS = {7: "uid-7", 8: "uid-8"}
+#: The hooks a placeholder job calls, as (method, path under /hooks/v1/jobs/<id>/).
+JOB_HOOKS = [("POST", "terminating"), ("POST", "started"), ("POST", "drain"), ("GET", "pod")]
+LOCK = "/hooks/v1/nodes/n1/lock"
+
+
+def keys(*tokens: str) -> HookKeys:
+    return HookKeys(lambda: tokens)
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def credential(job_id: int, *, tokens: Sequence[str] = (TOKEN,), scheduler: str = NAME) -> str:
+    """The credential the scheduler hands job ``job_id`` at submit time."""
+    return HookKeys(lambda: tokens).job_credential(job_owner(scheduler, JOBS[job_id]))
 
 
 class Scheduler:
@@ -22,75 +46,252 @@ class Scheduler:
     def __init__(self) -> None:
         self.ready = asyncio.Event()
         self.ready.set()
-        self.deleted: list[int] = []
+        self.calls: list[tuple[str, int]] = []
+        #: Raised by every job hook while set (what the real scheduler raises on a mismatch
+        #: with Slurm, or an outage).
+        self.refusal: HookRefused | None = None
         self.release = asyncio.Event()
+        self.block = False
+
+    def job_owner(self, job_id: int) -> str | None:
+        uid = JOBS.get(job_id)
+        return None if uid is None else job_owner(NAME, uid)
+
+    def _answer(self, hook: str, job_id: int) -> tuple[str, bool] | None:
+        self.calls.append((hook, job_id))
+        if self.refusal is not None:
+            raise self.refusal
+        return (f"ns/p{job_id}", hook == "pod") if job_id in JOBS else None
 
     async def job_terminating(self, job_id: int, node: str) -> tuple[str, bool] | None:
-        if job_id != 7:
-            return None
-        self.deleted.append(job_id)
-        return "ns/p", False
+        return self._answer("terminating", job_id)
 
     async def wait_pod_gone(self, job_id: int, within: float) -> tuple[str, bool] | None:
-        if job_id != 7:
-            return None
-        await self.release.wait()
-        return "ns/p", True
+        if self.block:
+            await self.release.wait()
+        return self._answer("pod", job_id)
 
     async def drain_for_job(self, job_id: int, node: str) -> tuple[str, bool] | None:
-        return None
+        return self._answer("drain", job_id)
 
     async def job_started(self, job_id: int, node: str) -> tuple[str, bool] | None:
-        return ("ns/p", False) if job_id == 7 else None
+        return self._answer("started", job_id)
 
 
 class Locks:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, bool]] = []
+        self.refusal: HookRefused | None = None
+
     async def request_lock(self, node: str, job_id: int, strict: bool,
                            within: float) -> LockState | None:
+        self.calls.append((node, job_id, strict))
+        if self.refusal is not None:
+            raise self.refusal
         return LockState.LOCKED_STRICT if node == "n1" else None
 
 
-async def test_calls_need_the_token() -> None:
-    app = create_hooks_app(Scheduler(), token=lambda: TOKEN, locks=Locks())
-    async with AsyncTestClient(app) as client:
-        r = await client.post("/hooks/v1/jobs/7/terminating", json={"node": "n1"})
-        assert r.status_code == 401
-        r = await client.post("/hooks/v1/jobs/7/terminating", json={"node": "n1"},
-                              headers={"Authorization": "Bearer nope"})
-        assert r.status_code == 401
-        r = await client.post("/hooks/v1/jobs/7/terminating", json={"node": "n1"}, headers=AUTH)
-        assert r.status_code == 200 and r.json() == {"pod": "ns/p", "gone": False}
+async def call(client: AsyncTestClient[Litestar], method: str, hook: str, job_id: int,
+               headers: dict[str, str]) -> httpx.Response:
+    url = f"/hooks/v1/jobs/{job_id}/{hook}"
+    if method == "GET":
+        return await client.get(url, headers=headers)
+    return await client.post(url, json={"node": "n1"}, headers=headers)
 
 
-async def test_no_configured_token_refuses_everything() -> None:
-    app = create_hooks_app(Scheduler(), token=lambda: None)
+async def test_the_node_secret_may_call_every_hook_for_any_job() -> None:
+    scheduler, locks = Scheduler(), Locks()
+    app = create_hooks_app(scheduler, keys=keys(TOKEN), locks=locks)
     async with AsyncTestClient(app) as client:
-        r = await client.post("/hooks/v1/jobs/7/terminating", json={"node": "n1"}, headers=AUTH)
-    assert r.status_code == 503
+        for job_id in JOBS:
+            for method, hook in JOB_HOOKS:
+                r = await call(client, method, hook, job_id, AUTH)
+                assert r.status_code == 200, (hook, job_id, r.text)
+                assert r.json() == {"pod": f"ns/p{job_id}", "gone": hook == "pod"}
+        lock = await client.post(LOCK, json={"job_id": 3, "strict": True}, headers=AUTH)
+        assert lock.status_code == 200
+        assert lock.json() == {"node": "n1", "state": "locked_strict", "locked": True}
+    assert scheduler.calls == [(hook, j) for j in JOBS for _, hook in JOB_HOOKS]
+    assert locks.calls == [("n1", 3, True)]
+
+
+async def test_a_job_credential_calls_the_job_hooks_of_its_own_job_only() -> None:
+    scheduler, locks = Scheduler(), Locks()
+    app = create_hooks_app(scheduler, keys=keys(TOKEN), locks=locks)
+    mine = bearer(credential(7))
+    async with AsyncTestClient(app) as client:
+        for method, hook in JOB_HOOKS:
+            own = await call(client, method, hook, 7, mine)
+            assert own.status_code == 200 and own.json()["pod"] == "ns/p7", (hook, own.text)
+            other = await call(client, method, hook, 8, mine)
+            assert other.status_code == 403, (hook, other.text)
+            assert "not job 8's" in other.json()["detail"]
+            not_ours = await call(client, method, hook, 9, mine)
+            assert not_ours.status_code == 404, (hook, not_ours.text)
+            assert "job 9 is not a job of this scheduler" in not_ours.json()["detail"]
+    # Refused before the scheduler does anything for the job.
+    assert scheduler.calls == [(hook, 7) for _, hook in JOB_HOOKS]
+
+
+async def test_a_job_credential_may_not_lock_a_node() -> None:
+    locks = Locks()
+    app = create_hooks_app(Scheduler(), keys=keys(TOKEN), locks=locks)
+    async with AsyncTestClient(app) as client:
+        r = await client.post(LOCK, json={"job_id": 7, "strict": True},
+                              headers=bearer(credential(7)))
+    assert r.status_code == 403 and "node secret" in r.json()["detail"]
+    assert locks.calls == []
+
+
+@pytest.mark.parametrize("header", [
+    None, "", "Bearer", "Bearer ", "Bearer nope", f"Basic {TOKEN}", TOKEN, f"Bearer {TOKEN}x",
+    f"Bearer {TOKEN[:-1]}", f"Token {TOKEN}", f"Bearer\t{TOKEN}",
+])
+async def test_a_missing_or_wrong_credential_is_401(header: str | None) -> None:
+    scheduler, locks = Scheduler(), Locks()
+    app = create_hooks_app(scheduler, keys=keys(TOKEN), locks=locks)
+    headers = {} if header is None else {"Authorization": header}
+    async with AsyncTestClient(app) as client:
+        for method, hook in JOB_HOOKS:
+            r = await call(client, method, hook, 7, headers)
+            assert r.status_code == 401, (hook, r.text)
+            assert r.json()["detail"] == "missing or wrong hook credential"
+        lock = await client.post(LOCK, json={"job_id": 7}, headers=headers)
+        assert lock.status_code == 401
+    assert scheduler.calls == [] and locks.calls == []
+
+
+async def test_a_forged_job_credential_is_refused() -> None:
+    """It has the prefix, so it reaches the job check, where it matches no job."""
+    scheduler, locks = Scheduler(), Locks()
+    app = create_hooks_app(scheduler, keys=keys(TOKEN), locks=locks)
+    forged = bearer("sunk-job." + "0" * 64)
+    async with AsyncTestClient(app) as client:
+        for method, hook in JOB_HOOKS:
+            r = await call(client, method, hook, 7, forged)
+            assert r.status_code == 403, (hook, r.text)
+        lock = await client.post(LOCK, json={"job_id": 7}, headers=forged)
+        assert lock.status_code == 403
+    assert scheduler.calls == [] and locks.calls == []
+
+
+async def test_no_configured_secret_refuses_everything() -> None:
+    scheduler, locks = Scheduler(), Locks()
+    app = create_hooks_app(scheduler, keys=keys(), locks=locks)
+    async with AsyncTestClient(app) as client:
+        for headers in (AUTH, bearer(credential(7)), {}):
+            r = await client.post("/hooks/v1/jobs/7/terminating", json={"node": "n1"},
+                                  headers=headers)
+            assert r.status_code == 503 and "no secret configured" in r.json()["detail"]
+            lock = await client.post(LOCK, json={"job_id": 7}, headers=headers)
+            assert lock.status_code == 503
+    assert scheduler.calls == [] and locks.calls == []
+
+
+async def test_the_schedulers_refusals_reach_the_caller() -> None:
+    scheduler, locks = Scheduler(), Locks()
+    app = create_hooks_app(scheduler, keys=keys(TOKEN), locks=locks)
+    async with AsyncTestClient(app) as client:
+        scheduler.refusal = HookRefused(409, "Slurm runs job 7 on n2, not on n1")
+        for method, hook in JOB_HOOKS:
+            r = await call(client, method, hook, 7, bearer(credential(7)))
+            assert r.status_code == 409, (hook, r.text)
+            assert r.json()["detail"] == "Slurm runs job 7 on n2, not on n1"
+            assert "retry-after" not in r.headers
+        scheduler.refusal = HookRefused(503, "reading job 7: Slurm did not answer",
+                                        retry_after=5)
+        for method, hook in JOB_HOOKS:
+            r = await call(client, method, hook, 7, AUTH)
+            assert r.status_code == 503, (hook, r.text)
+            assert r.json()["detail"] == "reading job 7: Slurm did not answer"
+            assert r.headers["retry-after"] == "5"
+        locks.refusal = HookRefused(409, "Slurm has no job 3: no lock for it")
+        lock = await client.post(LOCK, json={"job_id": 3}, headers=AUTH)
+        assert lock.status_code == 409
+        assert lock.json()["detail"] == "Slurm has no job 3: no lock for it"
+
+
+async def test_a_starting_scheduler_or_a_missing_syncer_says_retry() -> None:
+    scheduler = Scheduler()
+    scheduler.ready.clear()
+    app = create_hooks_app(scheduler, keys=keys(TOKEN))
+    async with AsyncTestClient(app) as client:
+        r = await client.post("/hooks/v1/jobs/7/started", json={"node": "n1"}, headers=AUTH)
+        assert r.status_code == 503 and r.headers["retry-after"] == "2"
+        lock = await client.post(LOCK, json={"job_id": 7}, headers=AUTH)
+        assert lock.status_code == 503 and lock.headers["retry-after"] == "5"
+        assert "syncer" in lock.json()["detail"]
+    assert scheduler.calls == []
+
+
+async def test_rotation_keeps_old_credentials_and_the_old_node_secret_working() -> None:
+    tokens = ["old"]
+    scheduler = Scheduler()
+    app = create_hooks_app(scheduler, keys=HookKeys(lambda: tokens), locks=Locks())
+    minted_before = credential(7, tokens=["old"])
+    async with AsyncTestClient(app) as client:
+        assert (await call(client, "POST", "started", 7, bearer(minted_before))).status_code == 200
+        tokens[:] = ["new", "old"]  # the secret file is rotated: read again on every call
+        for method, hook in JOB_HOOKS:
+            r = await call(client, method, hook, 7, bearer(minted_before))
+            assert r.status_code == 200, (hook, r.text)
+        minted_after = credential(7, tokens=tokens)
+        assert minted_after == credential(7, tokens=["new"]) != minted_before
+        assert (await call(client, "GET", "pod", 7, bearer(minted_after))).status_code == 200
+        for node_secret in ("old", "new"):
+            lock = await client.post(LOCK, json={"job_id": 7}, headers=bearer(node_secret))
+            assert lock.status_code == 200, node_secret
+            r = await call(client, "POST", "drain", 8, bearer(node_secret))
+            assert r.status_code == 200, node_secret
+        tokens[:] = ["new"]  # the old one retired: what it minted stops working
+        assert (await call(client, "GET", "pod", 7, bearer(minted_before))).status_code == 403
+        assert (await call(client, "GET", "pod", 7, bearer("old"))).status_code == 401
+        assert (await call(client, "GET", "pod", 7, bearer(minted_after))).status_code == 200
+
+
+async def test_a_credential_for_another_scheduler_pod_or_secret_is_refused() -> None:
+    scheduler = Scheduler()
+    app = create_hooks_app(scheduler, keys=keys(TOKEN), locks=Locks())
+    others = [
+        credential(7, scheduler="another-sched"),  # same Pod uid, another scheduler's name
+        HookKeys(lambda: [TOKEN]).job_credential(job_owner(NAME, "uid-9")),  # another Pod
+        credential(7, tokens=["another secret"]),
+    ]
+    async with AsyncTestClient(app) as client:
+        for other in others:
+            for method, hook in JOB_HOOKS:
+                r = await call(client, method, hook, 7, bearer(other))
+                assert r.status_code == 403, (hook, r.text)
+                assert "own job" in r.json()["detail"]
+    assert scheduler.calls == []
 
 
 async def test_bad_input_and_unknown_objects_are_4xx_with_a_message() -> None:
-    app = create_hooks_app(Scheduler(), token=lambda: TOKEN, locks=Locks())
+    app = create_hooks_app(Scheduler(), keys=keys(TOKEN), locks=Locks())
     async with AsyncTestClient(app) as client:
         bad = await client.post("/hooks/v1/jobs/7/terminating", json={"node": "x; rm -rf"},
                                 headers=AUTH)
         assert bad.status_code == 400 and "node" in bad.text
-        unknown = await client.post("/hooks/v1/jobs/8/terminating", json={"node": "n1"},
+        unknown = await client.post("/hooks/v1/jobs/9/terminating", json={"node": "n1"},
                                     headers=AUTH)
-        assert unknown.status_code == 404 and "no such job" in unknown.json()["detail"]
-        lock = await client.post("/hooks/v1/nodes/n1/lock", json={"job_id": 3, "strict": True},
-                                 headers=AUTH)
-        assert lock.json() == {"node": "n1", "state": "locked_strict", "locked": True}
+        assert unknown.status_code == 404
+        assert "not a job of this scheduler" in unknown.json()["detail"]
         nolock = await client.post("/hooks/v1/nodes/zz/lock", json={"job_id": 3}, headers=AUTH)
-        assert nolock.status_code == 404
+        assert nolock.status_code == 404 and "zz" in nolock.json()["detail"]
         too_long = await client.get("/hooks/v1/jobs/7/pod?wait=999", headers=AUTH)
         assert too_long.status_code == 400
+        for job_id in ("0", "-1", str(2**32)):
+            r = await client.get(f"/hooks/v1/jobs/{job_id}/pod", headers=AUTH)
+            assert r.status_code == 400, job_id
+        not_a_number = await client.get("/hooks/v1/jobs/x/pod", headers=AUTH)
+        assert not_a_number.status_code == 404
 
 
 async def test_calls_beyond_the_bound_are_told_to_retry() -> None:
     """Served for real (the test client handles one request at a time), on loopback."""
     scheduler = Scheduler()
-    app = create_hooks_app(scheduler, token=lambda: TOKEN, max_in_flight=2)
+    scheduler.block = True
+    app = create_hooks_app(scheduler, keys=keys(TOKEN), max_in_flight=2)
     [port] = free_ports(1)
     server = asyncio.create_task(serve(app, f"127.0.0.1:{port}"))
     url = f"http://127.0.0.1:{port}/hooks/v1/jobs/7/pod?wait=5"
@@ -98,7 +299,7 @@ async def test_calls_beyond_the_bound_are_told_to_retry() -> None:
         async with httpx.AsyncClient(timeout=10) as client:
             for _ in range(50):
                 try:
-                    await client.get(url.replace("7/pod?wait=5", "8/pod"), headers=AUTH)
+                    await client.get(url.replace("7/pod?wait=5", "x/pod"), headers=AUTH)
                     break
                 except httpx.ConnectError:
                     await asyncio.sleep(0.1)
