@@ -10,6 +10,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+#: End states of a job that failed to launch (its node failed, or slurmd refused it): a Pod not
+#: yet bound loses nothing by getting a new job.
+LAUNCH_FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "BOOT_FAIL"})
 #: Slurm job states after which the job holds nothing.
 FINISHED_STATES = frozenset({"CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "PREEMPTED",
                              "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
@@ -54,9 +57,11 @@ def decide(pod: PodView | None, job: JobView | None) -> Step:
         return Step.NOTHING
     if pod.job_id is None:
         return Step.NOTHING if pod.bound else Step.SUBMIT
-    if job is None and not pod.bound:
+    if not pod.bound and (job is None or (job.state in LAUNCH_FAILED_STATES
+                                          and not job.started)):
         # Slurm lost the job before it ran (a slurmctld crash before it saved its state), or
-        # purged it: the Pod holds nothing yet, so it gets a new job rather than going.
+        # purged it, or it failed to launch: the Pod holds nothing yet, so it gets a new job
+        # rather than going (the scheduler bounds how often).
         return Step.SUBMIT
     if job is None or job.finished:
         return Step.DELETE_POD

@@ -38,6 +38,9 @@ from sunk.workqueue import WorkQueue
 
 log = logging.getLogger("sunk.scheduler")
 
+#: How often a Pod not yet bound gets a new job when Slurm lost its job or it failed to launch.
+MAX_RESUBMITS = 3
+
 
 async def forever(what: str, loop: Callable[[], Awaitable[None]]) -> None:
     """Run a background loop for the life of the process: a bug or an outage the loop did not
@@ -110,6 +113,8 @@ class Scheduler:
         self._assumed_bound: set[str] = set()
         #: Pod uids already told that annotations on them were ignored (one Event each).
         self._disowned: set[str] = set()
+        #: Pod uid -> how many times its job was lost or failed to launch, and was replaced.
+        self._resubmits: dict[str, int] = {}
         #: Jobs whose extra names a Pod but which the scheduler did not submit (logged once).
         self._impostors: set[int] = set()
         #: Pod uid -> the newest job id known before a submit whose answer was lost.
@@ -382,6 +387,7 @@ class Scheduler:
             self._assumed_bound.discard(uid)
         if kind == "DELETED":
             self._disowned.discard(uid)
+            self._resubmits.pop(uid, None)
             # The Pod object is gone: release its job now (reconcile no longer sees the Pod).
             if (gone := self._gone.pop(uid, None)) is not None:
                 gone.set()
@@ -603,6 +609,17 @@ class Scheduler:
         job = await self._job_view(view.job_id, pod["metadata"]["uid"])
         record = self._record(pod, view, job, owned.rejected)
         step = decide(view, job)
+        if step is Step.SUBMIT and view.job_id is not None:
+            what = f"job {view.job_id} " + (f"{job.state.lower()} before it started" if job
+                                            else "was lost by Slurm before it ran")
+            tries = self._resubmits.get(pod["metadata"]["uid"], 0) + 1
+            if tries > MAX_RESUBMITS:
+                await self._delete_pod(pod, record, job, why=f"{what}, {MAX_RESUBMITS} times")
+                return
+            self._resubmits[pod["metadata"]["uid"]] = tries
+            await self._event(pod, record, "SlurmJobLost",
+                              f"{what}; submitting a new one (try {tries} of {MAX_RESUBMITS})",
+                              warning=True)
         if step is Step.SUBMIT:
             await self._submit(pod, record)
             return
@@ -771,6 +788,7 @@ class Scheduler:
             raise
         self._learn(Job(job_id=job_id, name=job["name"], state="PENDING", extra=job["extra"],
                         nodes="", reason="", raw={}, admin_comment=job["admin_comment"]))
+        self.job_by_uid[uid] = job_id  # the newest submission is the Pod's job
         return job_id
 
     async def _reject(self, pod: kube.Obj, record: PodRecord, reason: str, message: str) -> None:
@@ -813,9 +831,10 @@ class Scheduler:
         metrics.JOBS_CANCELLED.inc()
         log.info("pod %s: cancelled job %d: %s", key, job_id, why)
 
-    async def _delete_pod(self, pod: kube.Obj, record: PodRecord, job: JobView | None) -> None:
-        what = f"job {record.job_id} {job.state.lower()}" if job else \
-            f"job {record.job_id} no longer exists in Slurm"
+    async def _delete_pod(self, pod: kube.Obj, record: PodRecord, job: JobView | None, *,
+                          why: str = "") -> None:
+        what = why or (f"job {record.job_id} {job.state.lower()}" if job else
+                       f"job {record.job_id} no longer exists in Slurm")
         await self._event(pod, record, "SlurmJobEnded", f"{what}; deleting the Pod", warning=True)
         await kube.delete_pod(self.api, pod)
         metrics.PODS_DELETED.inc()

@@ -37,6 +37,10 @@ RUNNING_STARTED = JobView(state="RUNNING", started=True, node="h100-000")
     (PodView(job_id=7, bound=True, phase="Running"), None, Step.DELETE_POD),
     # Slurm lost the job before it ran (or purged it): a new job, the Pod holds nothing yet
     (PodView(job_id=7), None, Step.SUBMIT),
+    (PodView(job_id=7), JobView(state="FAILED"), Step.SUBMIT),
+    (PodView(job_id=7), JobView(state="NODE_FAIL"), Step.SUBMIT),
+    (PodView(job_id=7), JobView(state="FAILED", started=True), Step.DELETE_POD),
+    (PodView(job_id=7, bound=True, phase="Running"), JobView(state="FAILED"), Step.DELETE_POD),
 ])
 def test_decide(pod: PodView | None, job: JobView | None, step: Step) -> None:
     assert decide(pod, job) is step
