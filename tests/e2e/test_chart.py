@@ -451,3 +451,30 @@ async def test_the_service_account_may_do_no_more(release: Release) -> None:
             assert r.status_code == 200
     finally:
         await close_api(api)
+
+
+async def test_the_installed_admission_policy_refuses_everyone_but_the_scheduler(
+        release: Release, kube: kr8s.asyncio.Api) -> None:
+    """helm install made the policy and its binding: the replicas wrote job ids and the leader
+    label through it (the tests above, and no 403 in their logs); the admin may not."""
+    account = f"system:serviceaccount:{release.namespace}:{RELEASE}"
+    copied = "remove it from the Pod (copied from another Pod?)"
+
+    async def attempt(namespace: str, notes: dict[str, str],
+                      labels: dict[str, str]) -> tuple[int, str]:
+        manifest = pod_manifest("copied", namespace, "nobody", annotations=notes)
+        manifest["metadata"]["labels"] = labels
+        async with kube.call_api("POST", namespace=namespace, url="pods", json=manifest,
+                                 raise_for_status=False) as r:
+            return r.status_code, str(r.json().get("message", ""))
+
+    for namespace, notes, labels, key in (
+            (release.watched[1], {JOB_ID: "1"}, {}, JOB_ID),
+            (release.namespace, {}, {LEADER: "true"}, LEADER),
+            (SLURM_NAMESPACE, {"sunk.coreweave.com/lock": "locked"}, {},
+             "sunk.coreweave.com/lock")):
+        code, message = await attempt(namespace, notes, labels)
+        assert code == 403, message
+        assert message.endswith(f"{key} is written only by the scheduler ({account}); {copied}")
+    code, message = await attempt(release.unwatched, {JOB_ID: "1"}, {LEADER: "true"})
+    assert code == 201, message  # outside the binding

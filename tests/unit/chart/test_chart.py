@@ -7,6 +7,7 @@ tests/e2e/test_chart.py installs the chart into the test bed's API server.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +15,12 @@ from typing import Any
 
 import pytest
 import yaml
+from celpy import celtypes
+from celpy.evaluation import CELEvalError
 
+from sunk.policy.cel import compile_expression, new_activation, to_cel
 from sunk.settings import from_args
+from sunk.translate import OWNED_ANNOTATIONS
 from testbed import build
 
 REPO = Path(__file__).resolve().parents[3]
@@ -117,6 +122,7 @@ def test_the_chart_lints_with_its_defaults_and_with_everything_on(helm: Path) ->
     ({"scheduler.extraPolicies": {"no-suffix": "x"}}, "invalid propertyName 'no-suffix'"),
     ({"scheduler.leaderElection": {"leaseDuration": "1.5s"}}, "leaseDuration"),
     ({"scheduler.sheduler": {}}, "additional properties 'sheduler'"),
+    ({"scheduler.admissionPolicy": {"enabled": "yes"}}, "/scheduler/admissionPolicy/enabled"),
 ])
 def test_the_schema_refuses_wrong_values(helm: Path, values: dict[str, Any],
                                          problem: str) -> None:
@@ -257,6 +263,7 @@ def test_leader_election_comes_with_more_than_one_replica(helm: Path) -> None:
     assert "--leader-elect" not in args(single)
     assert not [g for g in rules(single) if g[2] == "leases"]
     hooks = only(single, "Service", "r-sunk-hooks")
+    assert hooks["spec"]["publishNotReadyAddresses"] is True, "hooks answer during outages"
     assert "sunk.coreweave.com/leader" not in hooks["spec"]["selector"]
     pair = render(helm, {"scheduler.replicas": 2})
     assert "--leader-elect" in args(pair)
@@ -411,3 +418,232 @@ def test_the_charts_copies_of_policies_and_scripts_are_current() -> None:
     scripts = {p.name: p.read_text() for p in sorted((REPO / "sunk" / "scripts").glob("*.sh"))}
     copies = {p.name: p.read_text() for p in sorted((files / "scripts").glob("*"))}
     assert copies == scripts, "charts/sunk/files/scripts is stale: run charts/sync-files.sh"
+
+
+# -- the admission policy ------------------------------------------------------------------------
+# tests/e2e/test_admission_policy.py applies the rendered objects to the real API server; here
+# the rendering, and its CEL run through sunk's CEL evaluator over every case.
+
+ADMISSION = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+#: (field, key) of every validation: what the expression reads, from its first operand.
+_VALIDATED = re.compile(r'^"([^"]+)" in variables\.(annotations|labels)\b')
+
+
+def admission(objects: list[Obj]) -> tuple[Obj, Obj]:
+    return only(objects, ADMISSION[0]), only(objects, ADMISSION[1])
+
+
+def field_and_key(validation: Obj) -> tuple[str, str]:
+    match = _VALIDATED.match(validation["expression"])
+    assert match, validation["expression"]
+    return match[2], match[1]
+
+
+def key_of(validation: Obj) -> str:
+    return field_and_key(validation)[1]
+
+
+def validated(policy: Obj) -> set[tuple[str, str]]:
+    return {field_and_key(v) for v in policy["spec"]["validations"]}
+
+
+def selected_namespaces(binding: Obj) -> list[str] | None:
+    """The namespaces the binding names, or None for every namespace."""
+    selector = binding["spec"].get("matchResources", {}).get("namespaceSelector")
+    if not selector:
+        return None
+    assert set(selector) == {"matchExpressions"}
+    [expression] = selector["matchExpressions"]
+    assert (expression["key"], expression["operator"]) == ("kubernetes.io/metadata.name", "In")
+    return list(expression["values"])
+
+
+def test_the_admission_policy_guards_every_key_the_scheduler_owns(helm: Path) -> None:
+    policy, binding = admission(render(helm))
+    assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert "namespace" not in policy["metadata"] and "namespace" not in binding["metadata"]
+    assert policy["metadata"]["name"] == binding["metadata"]["name"] == "r-sunk-slurm"
+    assert binding["spec"]["policyName"] == "r-sunk-slurm"
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods", "pods/status"],
+            "operations": ["CREATE", "UPDATE"]} in spec["matchConstraints"]["resourceRules"]
+    # Exactly the keys the scheduler's code calls its own; the leader's is a label.
+    assert validated(policy) == {("labels" if k == "leader" else "annotations",
+                                  f"sunk.coreweave.com/{k}") for k in OWNED_ANNOTATIONS}
+    assert len(spec["validations"]) == len(OWNED_ANNOTATIONS)
+    for validation in spec["validations"]:
+        assert validation["reason"] == "Forbidden"
+        key = key_of(validation)
+        assert validation["message"].startswith(
+            f"{key} is written only by the scheduler (system:serviceaccount:slurm:r-sunk)")
+
+
+@pytest.mark.parametrize(("values", "user"), [
+    ({}, "system:serviceaccount:hpc:r-sunk"),
+    ({"scheduler.serviceAccount.name": "sched"}, "system:serviceaccount:hpc:sched"),
+    ({"scheduler.serviceAccount.create": False}, "system:serviceaccount:hpc:default"),
+    ({"scheduler.serviceAccount": {"create": False, "name": "theirs"}},
+     "system:serviceaccount:hpc:theirs"),
+])
+def test_the_admission_policy_exempts_the_charts_service_account_only(
+        helm: Path, values: dict[str, Any], user: str) -> None:
+    objects = render(helm, values, namespace="hpc")
+    policy, _ = admission(objects)
+    assert policy["spec"]["matchConditions"] == [
+        {"name": "not-the-scheduler", "expression": f'request.userInfo.username != "{user}"'}]
+    deployment = only(objects, "Deployment")["spec"]["template"]["spec"]
+    assert user.rpartition(":")[2] == deployment["serviceAccountName"]
+
+
+def test_the_admission_policy_follows_the_annotation_prefix(helm: Path) -> None:
+    policy, _ = admission(render(helm, {"scheduler.annotationPrefix": "hpc.example.com/"}))
+    assert {key for _, key in validated(policy)} == {f"hpc.example.com/{k}"
+                                                     for k in OWNED_ANNOTATIONS}
+    assert "sunk.coreweave.com" not in json.dumps(policy)
+
+
+@pytest.mark.parametrize(("scope", "values", "namespaces"), [
+    ("cluster", {"scheduler.slurmd.namespace": "slurmd"}, None),
+    ("two namespaces", {}, ["team-a", "team-b", "hpc"]),
+    ("two namespaces", {"scheduler.slurmd.namespace": "slurmd"},
+     ["team-a", "team-b", "slurmd", "hpc"]),
+    ("blank namespaces", {}, ["hpc"]),
+    ("blank namespaces", {"scheduler.slurmd.namespace": "slurmd"}, ["hpc", "slurmd"]),
+])
+def test_the_admission_policy_binding_follows_the_scope_and_the_slurmd_namespace(
+        helm: Path, scope: str, values: dict[str, Any], namespaces: list[str] | None) -> None:
+    """The watched namespaces (job-id, ...), the slurmd Pods' (lock, ...) and the release
+    namespace (the leader label on the scheduler's own Pods); in cluster scope, all."""
+    _, binding = admission(render(helm, {**SCOPES[scope], **values}, namespace="hpc"))
+    assert selected_namespaces(binding) == namespaces
+    if namespaces is None:
+        assert binding["spec"]["matchResources"] == {}
+
+
+def test_the_admission_policy_can_be_turned_off(helm: Path) -> None:
+    objects = render(helm, {"scheduler.admissionPolicy.enabled": False})
+    assert not [o for o in objects if o["kind"] in ADMISSION]
+    assert only(objects, "Deployment")  # and the rest is still there
+    assert render(helm, {"scheduler.enabled": False}) == []
+
+
+def test_the_admission_policy_needs_kubernetes_1_30(helm: Path) -> None:
+    """The chart installs on 1.29, which has no admissionregistration.k8s.io/v1 policies: say
+    so, rather than leave the API server to refuse an unknown kind half-way through."""
+    base = ["template", "r", str(CHART), "--kube-version", "1.29.4",
+            "--set", "slurm.auth.token=jwt"]
+    done = run_helm(helm, *base)
+    assert done.returncode != 0
+    assert "scheduler.admissionPolicy needs Kubernetes 1.30 or later" in done.stderr
+    assert "scheduler.admissionPolicy.enabled=false" in done.stderr
+    off = run_helm(helm, *base, "--set", "scheduler.admissionPolicy.enabled=false")
+    assert off.returncode == 0, off.stderr
+    assert "kind: Deployment" in off.stdout and "ValidatingAdmissionPolicy" not in off.stdout
+    on = run_helm(helm, *base[:3], "--kube-version", "1.30.0", *base[5:])
+    assert on.returncode == 0, on.stderr
+    assert "kind: ValidatingAdmissionPolicyBinding" in on.stdout
+
+
+def test_two_releases_in_two_namespaces_have_their_own_admission_policies(helm: Path) -> None:
+    one, _ = admission(render(helm, namespace="a"))
+    two, _ = admission(render(helm, namespace="b"))
+    assert one["metadata"]["name"] != two["metadata"]["name"]
+
+
+# The policy's CEL, run through sunk's own CEL evaluator (cel-python) the way the API server
+# runs it: matchConditions, then the variables, then each validation and, when one fails, its
+# messageExpression. The e2e test checks that the API server agrees.
+
+SCHEDULER = "system:serviceaccount:slurm:r-sunk"
+JOB_ID = "sunk.coreweave.com/job-id"
+LEADER = "sunk.coreweave.com/leader"
+
+
+def pod_meta(annotations: dict[str, str] | None = None,
+             labels: dict[str, str] | None = None) -> Obj:
+    metadata: Obj = {"name": "p", "namespace": "ns"}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    if labels is not None:
+        metadata["labels"] = labels
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {}}
+
+
+def admit(policy: Obj, obj: Obj, old: Obj | None = None, *, user: str = "alice",
+          sub_resource: str = "") -> list[str]:
+    """The messages of the validations that fail: [] when the request is admitted."""
+    spec = policy["spec"]
+    request: Obj = {"operation": "CREATE" if old is None else "UPDATE",
+                    "userInfo": {"username": user}, "resource": {"resource": "pods"}}
+    if sub_resource:  # the API server leaves an empty subResource out
+        request["subResource"] = sub_resource
+    values: dict[str, Any] = {"object": to_cel(obj), "oldObject": to_cel(old),
+                              "request": to_cel(request), "variables": celtypes.MapType()}
+    names = values.keys()
+
+    def run(expression: str) -> Any:
+        variables = [str(v) for v in values["variables"]]
+        result = compile_expression(expression, names=names, variables=variables).run(
+            new_activation(values))
+        assert not isinstance(result, CELEvalError), (expression, result)
+        return result
+
+    if not all(run(c["expression"]) for c in spec["matchConditions"]):
+        return []
+    for variable in spec["variables"]:
+        values["variables"][celtypes.StringType(variable["name"])] = run(variable["expression"])
+    return [str(run(v["messageExpression"])) for v in spec["validations"]
+            if not run(v["expression"])]
+
+
+def said(key: str, why: str) -> list[str]:
+    return [f"{key} is written only by the scheduler ({SCHEDULER}); {why}"]
+
+
+def test_the_admission_policys_cel_refuses_a_create_with_any_owned_key(helm: Path) -> None:
+    policy, _ = admission(render(helm))
+    assert admit(policy, pod_meta()) == []
+    assert admit(policy, pod_meta({"team": "x"}, {"app": "y"})) == []
+    assert admit(policy, pod_meta({"sunk.coreweave.com/partition": "batch"})) == []
+    for key in OWNED_ANNOTATIONS:
+        full = f"sunk.coreweave.com/{key}"
+        pod = pod_meta(labels={full: "true"}) if key == "leader" else pod_meta({full: "1"})
+        assert admit(policy, pod) == said(full, "remove it from the Pod (copied from another Pod?)")
+        assert admit(policy, pod, user=SCHEDULER) == []
+    # An owned annotation used as a label, or the other way round, is not the owned key.
+    assert admit(policy, pod_meta({LEADER: "true"}, {JOB_ID: "1"})) == []
+    # A Binding's annotations are copied onto the Pod.
+    assert admit(policy, {"kind": "Binding", "metadata": {"annotations": {JOB_ID: "1"}}},
+                 sub_resource="binding") == said(
+        JOB_ID, "remove it from the Binding (copied from another Pod?)")
+
+
+def test_the_admission_policys_cel_keeps_owned_keys_as_they_were_on_update(helm: Path) -> None:
+    policy, _ = admission(render(helm))
+    plain = pod_meta(None, None)
+    owned = pod_meta({JOB_ID: "7", "team": "x"}, {LEADER: "true", "app": "y"})
+    # Unrelated changes pass, with or without owned keys on the Pod.
+    assert admit(policy, pod_meta({"team": "x"}, {"app": "z"}), plain) == []
+    assert admit(policy, pod_meta({JOB_ID: "7", "team": "changed"}, {LEADER: "true"}),
+                 owned) == []
+    assert admit(policy, owned, owned, sub_resource="status") == []
+    # Added, changed, removed: refused, for each key and in either map.
+    why = {"added": "it may not be added to an existing Pod", "changed": "it may not be changed",
+           "removed": "it may not be removed (to start over, recreate the Pod)"}
+    for field, key in (("annotations", JOB_ID), ("labels", LEADER)):
+
+        def pod(value: str | None, key: str = key, field: str = field) -> Obj:
+            keys = {} if value is None else {key: value}
+            return pod_meta(keys, None) if field == "annotations" else pod_meta(None, keys)
+
+        assert admit(policy, pod("1"), pod(None)) == said(key, why["added"])
+        assert admit(policy, pod(""), pod(None)) == said(key, why["added"])
+        assert admit(policy, pod("1"), pod("2")) == said(key, why["changed"])
+        assert admit(policy, pod(None), pod("2")) == said(key, why["removed"])
+        assert admit(policy, pod_meta(), pod("2")) == said(key, why["removed"])  # no map at all
+        assert admit(policy, pod("1"), pod(None), sub_resource="status") == said(key, why["added"])
+        assert admit(policy, pod("2"), pod("2")) == []
+        for new, old in (("1", None), ("1", "2"), (None, "2")):
+            assert admit(policy, pod(new), pod(old), user=SCHEDULER) == []
