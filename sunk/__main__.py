@@ -88,8 +88,8 @@ async def run(settings: Settings) -> None:
             missing = []
             if problem := scheduler.kube_problem():
                 missing.append(f"API server: {problem}")
-            if not scheduler.state.slurm_healthy:
-                missing.append(f"Slurm: {scheduler.state.slurm_error}")
+            if problem := scheduler.slurm_problem():
+                missing.append(f"Slurm: {problem}")
             return (False, "\n".join(missing)) if missing else (True, "ok")
 
         async with asyncio.TaskGroup() as tasks:

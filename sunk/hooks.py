@@ -112,16 +112,26 @@ def create_hooks_app(scheduler: HookScheduler, *, keys: HookKeys,
         return bearer(request.headers.get("authorization", "")) or ""
 
     def authorize_job(hook: str, request: Request, job_id: int) -> None:  # type: ignore[type-arg]
-        """The node secret may call for any job; a job credential only for its own Pod's."""
+        """The node secret may call for any job; a job credential only for its own Pod's.
+
+        A placeholder whose job Slurm lost (a slurmctld crash) may find the id given to another
+        Pod's job: when its credential proves it is the Pod it names (``X-Sunk-Pod-Uid``), it
+        is told the job is not one of ours any more (404: release the node), not refused."""
         presented = caller(request)
         if keys.is_node_secret(presented):
             return
         owner = scheduler.job_owner(job_id)
         if owner is None:
-            raise _refuse(hook, 404, f"job {job_id} is not a job of this scheduler")
-        if not keys.is_job_credential(presented, owner):
-            raise _refuse(hook, 403, f"this credential is not job {job_id}'s: a placeholder "
-                                     "job may only call the hooks of its own job")
+            raise _refuse(hook, 404, f"no such job of this scheduler: {job_id}")
+        if keys.is_job_credential(presented, owner):
+            return
+        claimed = request.headers.get("x-sunk-pod-uid", "")[:64]
+        if claimed and keys.is_job_credential(
+                presented, owner.rsplit("/", 1)[0] + "/" + claimed):
+            raise _refuse(hook, 404, f"no such job of this scheduler for Pod uid {claimed}: "
+                                     f"job {job_id} is another Pod's now (Slurm lost yours)")
+        raise _refuse(hook, 403, f"this credential is not job {job_id}'s: a placeholder "
+                                 "job may only call the hooks of its own job")
 
     async def answer(hook: str, call: Callable[[], Awaitable[T | None]], missing: str) -> T:
         """Run one hook's work within the in-flight bound; refusals become 4xx/503."""
@@ -142,7 +152,7 @@ def create_hooks_app(scheduler: HookScheduler, *, keys: HookKeys,
     async def job_hook(hook: str, request: Request, job_id: int,  # type: ignore[type-arg]
                        call: Callable[[], Awaitable[tuple[str, bool] | None]]) -> PodStatus:
         authorize_job(hook, request, job_id)
-        pod, gone = await answer(hook, call, f"job {job_id} is not a job of this scheduler")
+        pod, gone = await answer(hook, call, f"no such job of this scheduler: {job_id}")
         return PodStatus(pod=pod, gone=gone)
 
     @post("/hooks/v1/jobs/{job_id:int}/terminating", status_code=200,

@@ -38,6 +38,8 @@ from sunk.workqueue import WorkQueue
 
 log = logging.getLogger("sunk.scheduler")
 
+#: Seconds without an answer from Slurm (past the poll interval) after which it counts as down.
+SLURM_SILENCE = 3.0
 #: How often a Pod not yet bound gets a new job when Slurm lost its job or it failed to launch.
 MAX_RESUBMITS = 3
 
@@ -113,6 +115,8 @@ class Scheduler:
         self._assumed_bound: set[str] = set()
         #: Pod uids already told that annotations on them were ignored (one Event each).
         self._disowned: set[str] = set()
+        self._slurm_answered_at = time.monotonic()
+        self._kube_probe_error = ""
         #: Pod uid -> how many times its job was lost or failed to launch, and was replaced.
         self._resubmits: dict[str, int] = {}
         #: Jobs whose extra names a Pod but which the scheduler did not submit (logged once).
@@ -137,6 +141,7 @@ class Scheduler:
                 tasks.create_task(informer.run())
             await asyncio.gather(*(i.synced.wait() for i in informers))
             tasks.create_task(forever("polling Slurm's nodes", self._poll_slurm_nodes))
+            tasks.create_task(forever("probing the API server", self._probe_kube))
             if scheduling:
                 tasks.create_task(forever("polling Slurm's jobs", self._poll_slurm))
                 tasks.create_task(forever("collecting orphaned jobs", self._collect_garbage))
@@ -176,6 +181,8 @@ class Scheduler:
         """What the last call to slurmrestd says of it (for /readyz, the dashboard, metrics).
         Back from an outage: every Pod is looked at again now, not when its backoff ends."""
         recovered = error is None and not self.state.slurm_healthy
+        if error is None:
+            self._slurm_answered_at = time.monotonic()
         self.state.slurm_healthy, self.state.slurm_error = error is None, str(error or "")
         metrics.SLURM_UP.set(error is None)
         if recovered and self.ready.is_set():
@@ -342,11 +349,40 @@ class Scheduler:
             self._note_kube_health()
             await asyncio.sleep(interval)
 
+    def slurm_problem(self) -> str:
+        """What is wrong with Slurm ("" if nothing): its last error, or a silence. A call to
+        slurmrestd whose slurmctld is gone can hang for a while before it fails: no answer
+        for :data:`SLURM_SILENCE` seconds past the poll interval counts as down."""
+        if not self.state.slurm_healthy:
+            return self.state.slurm_error or "no answer yet"
+        silent = time.monotonic() - self._slurm_answered_at - self.settings.slurm_poll_interval
+        if silent > SLURM_SILENCE:
+            return f"no answer from slurmrestd for {silent:.0f}s"
+        return ""
+
     def kube_problem(self) -> str:
         """What is wrong with the API server, as the watches see it ("" if nothing): for
         /readyz, the dashboard header and ``sunk_kube_up``."""
         informers = [*self.pod_informers, self.node_informer, self.slurmd_informer]
-        return "; ".join(f"{i.resource}: {i.last_error}" for i in informers if not i.healthy)
+        problems = [f"{i.resource}: {i.last_error}" for i in informers if not i.healthy]
+        if self._kube_probe_error:
+            problems.append(f"a read failed: {self._kube_probe_error}")
+        return "; ".join(problems)
+
+    async def _probe_kube(self, interval: float = 1.0) -> None:
+        """A small read every second: an API server that shuts down gracefully stops taking
+        requests at once but keeps the open watches for a while, so the watches alone would
+        call it healthy for too long."""
+        while True:
+            try:
+                async with asyncio.timeout(2 * interval):
+                    await kube.request(self.api, "GET", "nodes", params={"limit": "1"})
+            except (kube.KubeError, TimeoutError) as exc:
+                self._kube_probe_error = str(exc) or "no answer within 2s"
+            else:
+                self._kube_probe_error = ""
+            self._note_kube_health()
+            await asyncio.sleep(interval)
 
     def _note_kube_health(self) -> None:
         problem = self.kube_problem()

@@ -177,8 +177,8 @@ class Syncer:
         except SlurmError as exc:
             raise HookRefused(503, f"reading job {job_id} from Slurm: {exc}",
                               retry_after=5) from exc
-        if job is None:
-            raise HookRefused(409, f"Slurm has no job {job_id}: no lock for it")
+        if job is None:  # lost by a slurmctld that crashed: it will not run; nothing to lock
+            raise HookRefused(410, f"Slurm has no job {job_id}: no lock for it")
         if job.state == "PENDING" or job.finished:
             raise HookRefused(409, f"Slurm shows job {job_id} {job.state.lower()}: only a job "
                                    "that is starting locks a node")

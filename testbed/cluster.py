@@ -279,15 +279,24 @@ def _launch(tb: Testbed, name: str, cmd: list[str], log: Path) -> int:
 RESTARTABLE = ("kube-apiserver", "slurmctld", "slurmrestd")
 
 
-def kill_part(tb: Testbed, name: str, sig: int = signal.SIGKILL) -> None:
-    """Stop one part of the bed as a crash would (SIGKILL by default): for outage tests."""
+def kill_part(tb: Testbed, name: str, sig: int = signal.SIGKILL, *, wait: bool = True) -> None:
+    """Stop one part of the bed as a crash would (SIGKILL by default; SIGTERM for a graceful
+    stop), for outage tests. With ``wait``, return once it is gone (a graceful stop that takes
+    more than 30 s is ended with SIGKILL: kube-apiserver stops serving at once but lingers)."""
     if name not in RESTARTABLE:
         raise TestbedError(f"{name} cannot be restarted; one of {', '.join(RESTARTABLE)}")
     pid = tb.pids[name]
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    procs.wait_for(lambda: not procs.alive(pid), what=f"{name} to stop", timeout=30,
-                   log=tb.log(name), pid=None)
+    if not wait:
+        return
+    try:
+        procs.wait_for(lambda: not procs.alive(pid), what=f"{name} to stop", timeout=30)
+    except TestbedError:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        procs.wait_for(lambda: not procs.alive(pid), what=f"{name} to stop", timeout=30,
+                       log=tb.log(name))
 
 
 def start_part(tb: Testbed, name: str, *, timeout: float = 60) -> None:

@@ -29,7 +29,8 @@ log() { echo "sunk placeholder job $JOB: $*" >&2; }
 # hook METHOD PATH [BODY] [MAX_SECONDS]: prints the body, then the HTTP status on its own line.
 hook() {
     curl -sS --max-time "${4:-10}" -X "$1" \
-        -H "Authorization: Bearer ${SUNK_JOB_TOKEN:-}" -H "Content-Type: application/json" \
+        -H "Authorization: Bearer ${SUNK_JOB_TOKEN:-}" -H "X-Sunk-Pod-Uid: ${SUNK_POD_UID:-}" \
+        -H "Content-Type: application/json" \
         ${3:+--data "$3"} -w '\n%{http_code}' "${SUNK_HOOK_URL:-http://127.0.0.1:8000}$2" \
         2>/dev/null || echo "000"
 }

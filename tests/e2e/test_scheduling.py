@@ -107,6 +107,8 @@ async def test_every_annotation_reaches_its_job_field(
     # keep the QOS Pod's job pending, behind a job that holds the only node it may have.
     blocker = testbed.slurm("sbatch", "--parsable", "--nodelist=a100-003", "--exclusive",
                             "--chdir=/tmp", "--output=/dev/null", "--wrap=sleep 300").strip()
+    blocker_h100 = testbed.slurm("sbatch", "--parsable", "--nodelist=h100-000", "--exclusive",
+                                 "--chdir=/tmp", "--output=/dev/null", "--wrap=sleep 300").strip()
     try:
         names = []
         for i, (key, value, _, _) in enumerate(ANNOTATIONS):
@@ -114,6 +116,8 @@ async def test_every_annotation_reaches_its_job_field(
             annotations = {f"sunk.coreweave.com/{key}": value}
             if key == "qos":
                 annotations["sunk.coreweave.com/required-nodes"] = "a100-003"
+            if key == "prefer":  # a running job's prefer moves into its features: keep it
+                annotations["sunk.coreweave.com/required-nodes"] = "h100-000"  # pending
             await create(kube, pod_manifest(names[-1], namespace, scheduler.name, cpu="1",
                                              annotations=annotations))
         # user-id without group-id: the group is the user's; with both: the group given.
@@ -142,7 +146,7 @@ async def test_every_annotation_reaches_its_job_field(
         job = await eventually(lambda: _job_when_submitted(kube, slurm, namespace, "both-ids"))
         assert (job["user_id"], job["group_id"]) == (1001, 1002), both
     finally:
-        testbed.slurm("scancel", blocker)
+        testbed.slurm("scancel", blocker, blocker_h100)
         testbed.slurm("scancel", "--reservation=sunk-e2e")
 
         async def reservation_deleted() -> bool:
@@ -225,7 +229,12 @@ async def test_a_job_left_by_a_crashed_scheduler_is_adopted_not_submitted_again(
     job = {"name": f"pod:{namespace}/orphan", "extra": extra, "current_working_directory": "/tmp",
            "script": "#!/bin/sh\nexec /opt/sunk/scripts/placeholder.sh\n", "minimum_cpus": 1,
            "environment": ["PATH=/usr/bin:/bin", f"SUNK_JOB_EXTRA={extra}"]}
-    r = await slurm.post("/slurm/v0.0.42/job/submit", json={"job": job})
+    # First a job that copies the extra but lacks the scheduler's stamp (anyone's job could):
+    # it must not be taken for the Pod's. Then the job as the scheduler submits it.
+    impostor = (await slurm.post("/slurm/v0.0.42/job/submit",
+                                 json={"job": {**job, "name": "impostor"}})).json()["job_id"]
+    stamped = {**job, "admin_comment": f"sunk-pod-uid={uid} scheduler={name}"}
+    r = await slurm.post("/slurm/v0.0.42/job/submit", json={"job": stamped})
     job_id = r.json()["job_id"]
     running = start_scheduler(testbed, name=name)
     try:
@@ -233,8 +242,10 @@ async def test_a_job_left_by_a_crashed_scheduler_is_adopted_not_submitted_again(
         assert pod["metadata"]["annotations"][JOB_ID] == str(job_id)
         jobs = (await slurm.get("/slurm/v0.0.42/jobs/")).json()["jobs"]
         assert [j["job_id"] for j in jobs if j["name"] == f"pod:{namespace}/orphan"] == [job_id]
+        assert "claims to be" in running.log.read_text()
     finally:
         running.stop()
+        testbed.slurm("scancel", str(impostor))
 
 
 async def test_kill_9_right_after_submit_then_restart_gives_one_job_and_a_bound_pod(

@@ -128,7 +128,7 @@ async def test_a_job_credential_calls_the_job_hooks_of_its_own_job_only() -> Non
             assert "not job 8's" in other.json()["detail"]
             not_ours = await call(client, method, hook, 9, mine)
             assert not_ours.status_code == 404, (hook, not_ours.text)
-            assert "job 9 is not a job of this scheduler" in not_ours.json()["detail"]
+            assert "no such job of this scheduler: 9" in not_ours.json()["detail"]
     # Refused before the scheduler does anything for the job.
     assert scheduler.calls == [(hook, 7) for _, hook in JOB_HOOKS]
 
@@ -275,7 +275,7 @@ async def test_bad_input_and_unknown_objects_are_4xx_with_a_message() -> None:
         unknown = await client.post("/hooks/v1/jobs/9/terminating", json={"node": "n1"},
                                     headers=AUTH)
         assert unknown.status_code == 404
-        assert "not a job of this scheduler" in unknown.json()["detail"]
+        assert "no such job of this scheduler" in unknown.json()["detail"]
         nolock = await client.post("/hooks/v1/nodes/zz/lock", json={"job_id": 3}, headers=AUTH)
         assert nolock.status_code == 404 and "zz" in nolock.json()["detail"]
         too_long = await client.get("/hooks/v1/jobs/7/pod?wait=999", headers=AUTH)
@@ -312,3 +312,20 @@ async def test_calls_beyond_the_bound_are_told_to_retry() -> None:
     finally:
         server.cancel()
         await asyncio.gather(server, return_exceptions=True)
+
+
+async def test_a_job_whose_id_slurm_gave_to_another_pod_is_told_to_let_go_not_refused() -> None:
+    """A placeholder whose job Slurm lost finds its id now names another Pod's job: proving
+    which Pod it is for (its credential and X-Sunk-Pod-Uid), it gets 404 and releases its node
+    at once instead of draining it at KillWait. A claim its credential does not prove: 403."""
+    scheduler = Scheduler()
+    app = create_hooks_app(scheduler, keys=keys(TOKEN))
+    mine = bearer(credential(7))
+    async with AsyncTestClient(app) as client:
+        for method, hook in JOB_HOOKS:
+            lost = await call(client, method, hook, 8, {**mine, "X-Sunk-Pod-Uid": JOBS[7]})
+            assert lost.status_code == 404, (hook, lost.text)
+            assert "another Pod's now" in lost.json()["detail"]
+            lying = await call(client, method, hook, 8, {**mine, "X-Sunk-Pod-Uid": JOBS[8]})
+            assert lying.status_code == 403, (hook, lying.text)
+    assert scheduler.calls == []

@@ -14,11 +14,11 @@ from sunk.web.app import EventSource
 from sunk.web.sample import StaticScheduler
 from sunk.web.views import EventView
 
-NOW = time.time()
 SCRIPT = "<script>alert('x')</script>"
 
 
-def cluster() -> StaticScheduler:
+def cluster(now: float) -> StaticScheduler:
+    """A small cluster whose Pods were created shortly before ``now``."""
     s = StaticScheduler()
     s.state.slurm_healthy = True
     s.add_node("h100-000", "kwok-node-000", state=("MIXED",), lock="locked", taint=True,
@@ -27,27 +27,34 @@ def cluster() -> StaticScheduler:
                reason="k8s: cordoned by kubectl", cordoned=True, gres_type="a100")
     s.add_node("h100-002", "kwok-node-002", state=("IDLE", "DRAIN"), reason=f"bad GPU {SCRIPT}")
     s.add_node("a100-003", "kwok-node-003", lock=None, gres_type="a100")
-    s.add_pod("team-a", "waiting-1", created=NOW - 30, job_id=11, job_state="PENDING",
+    s.add_pod("team-a", "waiting-1", created=now - 30, job_id=11, job_state="PENDING",
               pending_reason="Resources", last_event="JobSubmitted: Slurm job 11 submitted")
-    s.add_pod("team-a", "running-1", created=NOW - 600, phase="Running", job_id=12,
+    s.add_pod("team-a", "running-1", created=now - 600, phase="Running", job_id=12,
               job_state="RUNNING", slurm_node="h100-000", k8s_node="kwok-node-000",
               bound_after=1.25, last_event="Scheduled: Successfully assigned")
-    s.add_pod("team-b", "bound-1", created=NOW - 5, job_id=13, job_state="RUNNING",
+    s.add_pod("team-b", "bound-1", created=now - 5, job_id=13, job_state="RUNNING",
               slurm_node="h100-000", k8s_node="kwok-node-000", bound_after=0.5)
-    s.add_pod("team-b", "evil", created=NOW - 60,
+    s.add_pod("team-b", "evil", created=now - 60,
               rejected=f'InvalidAnnotation: got "{SCRIPT}"',
               last_event=f'InvalidAnnotation: annotation exclusive must be one of none, ok, '
                          f'got "{SCRIPT}"',
               annotations={"sunk.coreweave.com/exclusive": SCRIPT})
-    s.add_pod("team-b", "done-1", created=NOW - 9000, phase="Succeeded", job_id=9,
+    s.add_pod("team-b", "done-1", created=now - 9000, phase="Succeeded", job_id=9,
               job_state="COMPLETED", slurm_node="a100-003", k8s_node="kwok-node-003",
               bound_after=3)
     return s
 
 
 @pytest.fixture
-def scheduler() -> StaticScheduler:
-    return cluster()
+def now() -> float:
+    """When the test runs: ages on the pages are counted from the clock, so the sample cluster
+    is built relative to it (not to when the module was imported)."""
+    return time.time()
+
+
+@pytest.fixture
+def scheduler(now: float) -> StaticScheduler:
+    return cluster(now)
 
 
 async def fake_events(namespace: str, name: str, uid: str) -> list[EventView]:

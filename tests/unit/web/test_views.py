@@ -10,7 +10,7 @@ from sunk.slurm import Job
 from sunk.web import views
 from sunk.web.sample import StaticScheduler, broken_policies, sample
 
-from .conftest import NOW, SCRIPT
+from .conftest import SCRIPT
 
 
 @pytest.mark.parametrize(("text", "names"), [
@@ -32,8 +32,8 @@ def test_gpus_are_counted_from_gres(gres: str | None, count: int) -> None:
     assert views.gpu_count(gres) == count
 
 
-def test_pods_are_sorted_and_described(scheduler: StaticScheduler) -> None:
-    listing = views.pods(scheduler, NOW)
+def test_pods_are_sorted_and_described(now: float, scheduler: StaticScheduler) -> None:
+    listing = views.pods(scheduler, now)
     assert [f"{p.namespace}/{p.name}" for p in listing.pods] == [
         "team-a/running-1", "team-a/waiting-1", "team-b/bound-1", "team-b/done-1", "team-b/evil"]
     by_name = {p.name: p for p in listing.pods}
@@ -48,7 +48,7 @@ def test_pods_are_sorted_and_described(scheduler: StaticScheduler) -> None:
     assert listing.namespaces == ["team-a", "team-b"]
 
 
-def test_time_to_bound_survives_a_restart_through_the_pod_condition(
+def test_time_to_bound_survives_a_restart_through_the_pod_condition(now: float,
         scheduler: StaticScheduler) -> None:
     rec = scheduler.state.pods["team-a/running-1"]
     rec.bound_at = None  # a record made by a scheduler process that did not bind the Pod
@@ -58,28 +58,29 @@ def test_time_to_bound_survives_a_restart_through_the_pod_condition(
         {"type": "Ready", "status": "True", "lastTransitionTime": "2000-01-01T00:00:00Z"},
         {"type": "PodScheduled", "status": "True",
          "lastTransitionTime": bound.strftime("%Y-%m-%dT%H:%M:%SZ")}]}
-    row = next(p for p in views.pods(scheduler, NOW).pods if p.name == "running-1")
+    row = next(p for p in views.pods(scheduler, now).pods if p.name == "running-1")
     assert row.time_to_bound_seconds is not None
     assert 6.4 < row.time_to_bound_seconds <= 7.4  # the condition is to the second
     pod["status"] = {}
-    row = next(p for p in views.pods(scheduler, NOW).pods if p.name == "running-1")
+    row = next(p for p in views.pods(scheduler, now).pods if p.name == "running-1")
     assert row.time_to_bound_seconds is None
 
 
-def test_a_pod_without_events_shows_its_last_transition(scheduler: StaticScheduler) -> None:
-    rows = {p.name: p for p in views.pods(scheduler, NOW).pods}
+def test_a_pod_without_events_shows_its_last_transition(
+        now: float, scheduler: StaticScheduler) -> None:
+    rows = {p.name: p for p in views.pods(scheduler, now).pods}
     assert rows["bound-1"].last_event == ""
     assert rows["bound-1"].last_transition == "Scheduled: bound to kwok-node-000"
     assert rows["done-1"].last_transition.startswith("Scheduled")
 
 
-def test_pods_filter_by_namespace_state_and_name(scheduler: StaticScheduler) -> None:
-    assert [p.name for p in views.pods(scheduler, NOW, namespace="team-a").pods] == [
+def test_pods_filter_by_namespace_state_and_name(now: float, scheduler: StaticScheduler) -> None:
+    assert [p.name for p in views.pods(scheduler, now, namespace="team-a").pods] == [
         "running-1", "waiting-1"]
-    assert [p.name for p in views.pods(scheduler, NOW, state="waiting").pods] == ["waiting-1"]
-    assert [p.name for p in views.pods(scheduler, NOW, query="ING").pods] == [
+    assert [p.name for p in views.pods(scheduler, now, state="waiting").pods] == ["waiting-1"]
+    assert [p.name for p in views.pods(scheduler, now, query="ING").pods] == [
         "running-1", "waiting-1"]
-    limited = views.pods(scheduler, NOW, namespace="team-b", limit=2)
+    limited = views.pods(scheduler, now, namespace="team-b", limit=2)
     assert (limited.total, limited.matching, len(limited.pods)) == (5, 3, 2)
 
 
@@ -127,8 +128,8 @@ def test_multi_node_jobs_count_on_each_node(scheduler: StaticScheduler) -> None:
     assert 77 in rows["a100-001"].jobs and 77 in rows["a100-003"].jobs
 
 
-def test_summary_counts_and_health(scheduler: StaticScheduler) -> None:
-    s = views.summary(scheduler, NOW)
+def test_summary_counts_and_health(now: float, scheduler: StaticScheduler) -> None:
+    s = views.summary(scheduler, now)
     assert s.pods == {"waiting": 1, "rejected": 1, "bound": 1, "running": 1, "terminating": 0,
                       "finished": 1, "total": 5}
     assert s.nodes == {"total": 4, "drain": 2, "down": 0, "locked": 1}
@@ -136,7 +137,7 @@ def test_summary_counts_and_health(scheduler: StaticScheduler) -> None:
     assert s.kubernetes.ok and s.slurm.ok
     scheduler.node_informer.last_error = "ServerError: 503"
     scheduler.state.slurm_healthy, scheduler.state.slurm_error = False, "slurmrestd unreachable"
-    s = views.summary(scheduler, NOW)
+    s = views.summary(scheduler, now)
     assert (s.kubernetes.ok, s.kubernetes.detail) == (False, "ServerError: 503")
     assert (s.slurm.ok, s.slurm.detail) == (False, "slurmrestd unreachable")
 
@@ -146,7 +147,7 @@ def test_kubernetes_is_not_healthy_before_caches_sync(scheduler: StaticScheduler
     assert not views.kubernetes_health(scheduler).ok
 
 
-def test_policies_in_force_and_failed_reload(scheduler: StaticScheduler) -> None:
+def test_policies_in_force_and_failed_reload(now: float, scheduler: StaticScheduler) -> None:
     ok = views.policies(scheduler)
     assert ok.last_reload_ok and ok.errors == [] and ok.error_at is None
     assert [p.name for p in ok.policies] == ["sunk-annotations", "sunk-pod"]
@@ -167,18 +168,18 @@ def test_policies_in_force_and_failed_reload(scheduler: StaticScheduler) -> None
     assert failed.errors == [views.IssueView(
         message="expression does not compile: found '<'", source="30-gpus.yaml document 1",
         policy="gpus-per-pod", field="spec.validations[0].expression")]
-    assert views.summary(scheduler, NOW).policy_reload_failed
+    assert views.summary(scheduler, now).policy_reload_failed
 
 
-def test_pod_detail_reads_the_pod_object_and_job(scheduler: StaticScheduler) -> None:
-    detail = views.pod_detail(scheduler, "team-b", "evil", NOW)
+def test_pod_detail_reads_the_pod_object_and_job(now: float, scheduler: StaticScheduler) -> None:
+    detail = views.pod_detail(scheduler, "team-b", "evil", now)
     assert detail is not None
     assert detail.annotations == {"sunk.coreweave.com/exclusive": SCRIPT}
     assert [t.what for t in detail.history] == ["InvalidAnnotation", "seen"]  # newest first
-    running = views.pod_detail(scheduler, "team-a", "running-1", NOW)
+    running = views.pod_detail(scheduler, "team-a", "running-1", now)
     assert running is not None and running.slurm_job is not None
     assert running.slurm_job["job_state"] == "RUNNING"
-    assert views.pod_detail(scheduler, "team-a", "nobody", NOW) is None
+    assert views.pod_detail(scheduler, "team-a", "nobody", now) is None
 
 
 def test_slurm_job_record_is_flattened() -> None:
@@ -205,8 +206,8 @@ def test_events_from_the_api_server() -> None:
     assert views.event_view({"eventTime": "garbage"}).last_seen is None
 
 
-def test_sample_builds_the_benchmark_cluster() -> None:
+def test_sample_builds_the_benchmark_cluster(now: float, ) -> None:
     s = sample(pods=200, nodes=20, seed=3)
-    assert len(views.pods(s, NOW).pods) == 200
+    assert len(views.pods(s, now).pods) == 200
     assert views.nodes(s).total == 20
-    assert sum(views.summary(s, NOW).pods[st] for st in views.POD_STATES) == 200
+    assert sum(views.summary(s, now).pods[st] for st in views.POD_STATES) == 200

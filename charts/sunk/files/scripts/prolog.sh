@@ -49,6 +49,7 @@ while :; do
         *'"locked":true'*200) exit 0 ;;
         *200) ;;  # still pending: ask again (the call itself waited)
         *401|*403) log "the hook API refused our token: $answer"; exit 1 ;;
+        *410) log "Slurm no longer has this job (it will not run): $answer"; exit 0 ;;
         *404|*409) log "the scheduler refused the lock: $answer"; exit 1 ;;
         *) sleep 1 ;;  # unreachable or busy: retry until the deadline
     esac
