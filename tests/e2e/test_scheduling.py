@@ -20,6 +20,7 @@ from tests.e2e.helpers import (
     get_pod,
     kube_list,
     pod_manifest,
+    quiet,
     wait_bound,
 )
 
@@ -194,8 +195,11 @@ async def test_invalid_pods_get_an_event_and_no_job(
 
 
 async def test_node_affinity_and_taints_narrow_where_slurm_may_place(
-        kube: kr8s.asyncio.Api, namespace: str, scheduler: RunningScheduler,
-        testbed: cluster.Testbed) -> None:
+        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
+    # Six GPU Pods must fit on the one A100 node left: jobs that earlier tests left ending
+    # there (their Pods go with their namespaces) must be gone first.
+    await quiet(slurm, testbed)
     a100 = [n for n in testbed.nodes if n.gpu_model == "A100_PCIE_80GB"]
     tainted = a100[0].k8s_name
     testbed.kubectl("taint", "node", tainted, "dedicated=infra:NoSchedule")
