@@ -117,8 +117,8 @@ class Scheduler:
         self._disowned: set[str] = set()
         self._slurm_answered_at = time.monotonic()
         self._kube_probe_error = ""
-        #: Pod uid -> how many times its job was lost or failed to launch, and was replaced.
-        self._resubmits: dict[str, int] = {}
+        #: Pod uid -> its jobs that were lost or failed to launch, and were replaced.
+        self._resubmits: dict[str, set[int]] = {}
         #: Jobs whose extra names a Pod but which the scheduler did not submit (logged once).
         self._impostors: set[int] = set()
         #: Pod uid -> the newest job id known before a submit whose answer was lost.
@@ -648,14 +648,16 @@ class Scheduler:
         if step is Step.SUBMIT and view.job_id is not None:
             what = f"job {view.job_id} " + (f"{job.state.lower()} before it started" if job
                                             else "was lost by Slurm before it ran")
-            tries = self._resubmits.get(pod["metadata"]["uid"], 0) + 1
-            if tries > MAX_RESUBMITS:
-                await self._delete_pod(pod, record, job, why=f"{what}, {MAX_RESUBMITS} times")
-                return
-            self._resubmits[pod["metadata"]["uid"]] = tries
-            await self._event(pod, record, "SlurmJobLost",
-                              f"{what}; submitting a new one (try {tries} of {MAX_RESUBMITS})",
-                              warning=True)
+            replaced = self._resubmits.setdefault(pod["metadata"]["uid"], set())
+            if view.job_id not in replaced:  # counted once per lost job, not per retry
+                if len(replaced) >= MAX_RESUBMITS:
+                    await self._delete_pod(pod, record, job,
+                                           why=f"{what}, the {MAX_RESUBMITS + 1}th lost job")
+                    return
+                replaced.add(view.job_id)
+                await self._event(pod, record, "SlurmJobLost",
+                                  f"{what}; submitting a new one (try {len(replaced)} of "
+                                  f"{MAX_RESUBMITS})", warning=True)
         if step is Step.SUBMIT:
             await self._submit(pod, record)
             return
