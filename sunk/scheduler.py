@@ -88,8 +88,6 @@ class Scheduler:
         self._snapshot: tuple[tuple[int, int, int], placement.Snapshot] | None = None
         self.keys = HookKeys(settings.hook_tokens)
         self.owned = ownership.Keys.with_prefix(settings.annotation_prefix)
-        self.job_id_key = self.owned.job_id
-        self.rejected_key = self.owned.rejected
         self.translate_settings = translate.TranslateSettings(
             scheduler_name=settings.scheduler_name, placeholder_script=settings.placeholder_script,
             gpu_resource=settings.gpu_resource, gpu_model_label=settings.gpu_model_label,
@@ -800,8 +798,8 @@ class Scheduler:
             raise
         metrics.JOBS_SUBMITTED.inc()
         log.info("pod %s: submitted job %d", key, job_id)
-        await self._annotate(pod, {self.job_id_key: str(job_id),
-                                   self.owned.pod_uid: meta["uid"], self.rejected_key: None})
+        await self._annotate(pod, {self.owned.job_id: str(job_id),
+                                   self.owned.pod_uid: meta["uid"], self.owned.rejected: None})
         record.note("JobSubmitted", f"Slurm job {job_id}")
 
     async def _submit_once(self, uid: str, job: dict[str, Any]) -> int:
@@ -835,7 +833,7 @@ class Scheduler:
         metrics.PODS_REJECTED.inc()
         record.rejected = f"{reason}: {message}"
         await self._event(pod, record, reason, message, warning=True)
-        await self._annotate(pod, {self.rejected_key: reason, self.job_id_key: None,
+        await self._annotate(pod, {self.owned.rejected: reason, self.owned.job_id: None,
                                    self.owned.pod_uid: pod["metadata"]["uid"]})
         log.info("pod %s rejected: %s: %s", kube.key(pod), reason, message)
 

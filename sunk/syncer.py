@@ -71,7 +71,6 @@ class Syncer:
         self._background: set[asyncio.Task[None]] = set()
         self.slurm_state_key = self.settings.annotation("slurm-state")
         self.slurm_reason_key = self.settings.annotation("slurm-reason")
-        self.job_id_key = self.settings.annotation("job-id")
         self.slurmd_selector = _selector(self.settings.slurmd_label_selector)
 
     # -- running -----------------------------------------------------------------------------
