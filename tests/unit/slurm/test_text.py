@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sunk.slurm import SlurmError
-from sunk.slurmtext import MAX_HOSTS, NEVER_STARTS, expand_hostlist, never_starts, permanent_error
+from sunk.slurm.text import MAX_HOSTS, NEVER_STARTS, expand_hostlist, never_starts, permanent_error
 
 
 @pytest.mark.parametrize(("text", "hosts"), [
@@ -77,17 +76,6 @@ def test_mixed_errors_are_permanent_only_if_every_one_is() -> None:
     assert not permanent_error([2018, 2016])
     assert not permanent_error([1001, 2018])
     assert not permanent_error([2066, 5004])
-
-
-def test_slurm_error_is_permanent_only_when_slurm_answered_with_such_numbers() -> None:
-    assert SlurmError("refused", status=500, numbers=(2018,)).permanent
-    assert SlurmError("refused", status=400, numbers=(2045, 2066)).permanent
-    assert not SlurmError("unreachable", status=0, numbers=(2018,)).permanent
-    assert not SlurmError("busy", status=500, numbers=(2016,)).permanent
-    assert not SlurmError("no numbers", status=500).permanent
-    error = SlurmError("POST /job/submit: 500 x", status=500)
-    assert error.slurm_message == "POST /job/submit: 500 x" and error.unreachable
-    assert SlurmError("m", status=400, slurm_message="Invalid QOS").slurm_message == "Invalid QOS"
 
 
 def test_never_starts() -> None:
