@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -17,15 +16,13 @@ from typing import Any
 
 from sunk import placement
 from sunk.quantity import Quantity
+from sunk.slurm.job import PodIdentity, admin_comment, job_extra, job_name
 
 #: Mapping names (as policies produce them) copied as plain strings into the job.
 _STRING_FIELDS = ("account", "partition", "qos", "comment", "constraints", "reservation",
                   "prefer", "current_working_directory")
 _NUMBER_FIELDS = ("priority", "time_limit")
 _LIST_FIELDS = ("excluded_nodes", "required_nodes")
-_EXTRA = re.compile(r"^sunk-pod=(?P<ns>[^/\s]+)/(?P<name>[^\s]+) uid=(?P<uid>[0-9a-fA-F-]+)"
-                    r" scheduler=(?P<scheduler>[^\s:]+)")
-STARTED = ": started"
 
 #: The annotations a Pod's author may set under the prefix (the reference product's table).
 POD_ANNOTATIONS = ("account", "comment", "constraints", "exclusive", "excluded-nodes",
@@ -66,49 +63,6 @@ class TranslateSettings:
     gpu_model_label: str = "gpu.nvidia.com/model"
     gpu_types: Mapping[str, str] | None = None
     kill_wait_seconds: float = 30
-
-
-@dataclass(frozen=True)
-class PodIdentity:
-    """Whose a placeholder job is: the Pod, and the scheduler (by name) that submitted it, so
-    two sunk schedulers sharing one Slurm cluster never adopt or reap each other's jobs."""
-
-    namespace: str
-    name: str
-    uid: str
-    scheduler: str
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-def job_extra(pod: PodIdentity) -> str:
-    """The job's ``extra``: who the job is for. The placeholder appends ``: started``."""
-    return f"sunk-pod={pod.namespace}/{pod.name} uid={pod.uid} scheduler={pod.scheduler}"
-
-
-def parse_extra(extra: str | None) -> tuple[PodIdentity | None, bool]:
-    """The Pod a job of ours is for (None if not ours), and whether its script has started."""
-    if not extra:
-        return None, False
-    m = _EXTRA.match(extra)
-    if m is None:
-        return None, False
-    who = PodIdentity(m["ns"], m["name"], m["uid"], m["scheduler"])
-    return who, extra.rstrip().endswith(STARTED)
-
-
-def admin_comment(pod: PodIdentity) -> str:
-    """The job's ``admin_comment``: the proof that the scheduler submitted the job for this
-    Pod. ``extra`` can be written by the job's own user (the placeholder appends to it, and
-    ``sbatch --extra`` sets it), so a user could make a job of theirs claim to be a Pod's;
-    only Slurm operators can set ``admin_comment`` (slurmctld refuses anyone else)."""
-    return f"sunk-pod-uid={pod.uid} scheduler={pod.scheduler}"
-
-
-def job_name(pod: PodIdentity) -> str:
-    return f"pod:{pod.namespace}/{pod.name}"
 
 
 def pod_requests(pod: Mapping[str, Any]) -> dict[str, Fraction]:

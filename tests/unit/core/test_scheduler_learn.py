@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sunk import translate
 from sunk.scheduler import Scheduler
 from sunk.settings import Settings
-from sunk.slurm import Job
+from sunk.slurm.job import Job, PodIdentity, admin_comment, job_extra
 
 NAME = "sunk-test"
 
@@ -19,10 +18,10 @@ def scheduler() -> Scheduler:
 
 
 def job(job_id: int, uid: str, *, stamped: bool = True, name: str = "p") -> Job:
-    who = translate.PodIdentity("ns", name, uid, NAME)
-    return Job(job_id=job_id, name="", state="RUNNING", extra=translate.job_extra(who),
+    who = PodIdentity("ns", name, uid, NAME)
+    return Job(job_id=job_id, name="", state="RUNNING", extra=job_extra(who),
                nodes="n1", reason="",
-               admin_comment=translate.admin_comment(who) if stamped else "")
+               admin_comment=admin_comment(who) if stamped else "")
 
 
 def test_a_job_whose_extra_copies_a_pods_but_that_the_scheduler_did_not_submit_is_ignored(
@@ -32,8 +31,8 @@ def test_a_job_whose_extra_copies_a_pods_but_that_the_scheduler_did_not_submit_i
     assert s._learn(job(9, "aaaa-0001", stamped=False)) is None, "a user's job with a copied extra"
     assert s.job_by_uid == {"aaaa-0001": 7} and set(s.jobs) == {7}
     forged_stamp = job(10, "aaaa-0001")
-    forged_stamp.admin_comment = translate.admin_comment(
-        translate.PodIdentity("ns", "p", "bbbb-0002", NAME))
+    forged_stamp.admin_comment = admin_comment(
+        PodIdentity("ns", "p", "bbbb-0002", NAME))
     assert s._learn(forged_stamp) is None, "a stamp for another Pod is no proof"
 
 

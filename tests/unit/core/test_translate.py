@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from sunk.placement import CORDONED, PASSING_REASONS, UNMAPPED, NodeInfo, Snapshot, why_excluded
+from sunk.slurm.job import parse_extra
 from sunk.translate import (
     OWNED_ANNOTATIONS,
     POD_ANNOTATIONS,
     TranslateSettings,
     Unschedulable,
     job_description,
-    parse_extra,
     pod_requests,
     unknown_annotations,
 )
@@ -83,11 +83,6 @@ def test_init_containers_and_overhead_count_as_kubernetes_counts_them() -> None:
 def test_bad_quantity_is_an_error_not_a_crash() -> None:
     with pytest.raises(ValueError, match="invalid quantity"):
         job_description(pod({"cpu": "lots", "memory": "1Gi"}), {}, SNAP, SETTINGS)
-
-
-def test_foreign_extra_is_not_ours() -> None:
-    assert parse_extra("something else") == (None, False)
-    assert parse_extra(None) == (None, False)
 
 
 # -- annotations sunk does not read -------------------------------------------------------------

@@ -1,0 +1,120 @@
+"""A Slurm job as sunk reads it, and whose Pod it is (pure: no I/O).
+
+A placeholder job names its Pod in ``extra`` (the placeholder appends ``: started`` once its
+script runs) and carries the scheduler's stamp in ``admin_comment``. :class:`Job` parses
+``extra`` once, when the record is built, so the hot path never parses it again.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sunk.decide import FINISHED_STATES
+
+_EXTRA = re.compile(r"^sunk-pod=(?P<ns>[^/\s]+)/(?P<name>[^\s]+) uid=(?P<uid>[0-9a-fA-F-]+)"
+                    r" scheduler=(?P<scheduler>[^\s:]+)")
+#: What the placeholder appends to ``extra`` when its script starts.
+STARTED = ": started"
+
+
+@dataclass(frozen=True)
+class PodIdentity:
+    """Whose a placeholder job is: the Pod, and the scheduler (by name) that submitted it, so
+    two sunk schedulers sharing one Slurm cluster never adopt or reap each other's jobs."""
+
+    namespace: str
+    name: str
+    uid: str
+    scheduler: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def job_extra(pod: PodIdentity) -> str:
+    """The job's ``extra``: who the job is for. The placeholder appends ``: started``."""
+    return f"sunk-pod={pod.namespace}/{pod.name} uid={pod.uid} scheduler={pod.scheduler}"
+
+
+def parse_extra(extra: str | None) -> tuple[PodIdentity | None, bool]:
+    """The Pod a job of ours is for (None if not ours), and whether its script has started."""
+    if not extra:
+        return None, False
+    m = _EXTRA.match(extra)
+    if m is None:
+        return None, False
+    who = PodIdentity(m["ns"], m["name"], m["uid"], m["scheduler"])
+    return who, extra.rstrip().endswith(STARTED)
+
+
+def admin_comment(pod: PodIdentity) -> str:
+    """The job's ``admin_comment``: the proof that the scheduler submitted the job for this
+    Pod. ``extra`` can be written by the job's own user (the placeholder appends to it, and
+    ``sbatch --extra`` sets it), so a user could make a job of theirs claim to be a Pod's;
+    only Slurm operators can set ``admin_comment`` (slurmctld refuses anyone else)."""
+    return f"sunk-pod-uid={pod.uid} scheduler={pod.scheduler}"
+
+
+def job_name(pod: PodIdentity) -> str:
+    """The job's name: the Pod, readable in ``squeue``."""
+    return f"pod:{pod.namespace}/{pod.name}"
+
+
+def _text(raw: dict[str, Any], key: str) -> str:
+    """A string field of slurmrestd's record ("" if missing or not a string: a record that
+    says something odd is no reason to fail the whole listing)."""
+    value = raw.get(key)
+    return value if isinstance(value, str) else ""
+
+
+@dataclass
+class Job:
+    """The fields of a Slurm job that sunk reads.
+
+    ``owner`` and ``started`` are parsed from ``extra`` once, at construction; ``extra`` is
+    therefore set once (assigning it again raises). ``state``, ``reason`` and ``checked_at``
+    follow the job and may be assigned."""
+
+    job_id: int
+    name: str
+    state: str
+    extra: str
+    nodes: str
+    reason: str
+    raw: dict[str, Any] = field(repr=False, default_factory=dict)
+    #: Set by the submitter only if a Slurm operator (sunk's proof that a job is its own).
+    admin_comment: str = ""
+    #: When this record was read from Slurm, or its state last changed (monotonic seconds).
+    checked_at: float = field(default_factory=time.monotonic)
+    #: The Pod that ``extra`` names (None: not a placeholder's ``extra``). A claim only: the
+    #: job is the scheduler's only if ``admin_comment`` is :func:`admin_comment` of it.
+    owner: PodIdentity | None = field(init=False, compare=False)
+    #: Whether the placeholder's script has started (it appended ``: started`` to ``extra``).
+    started: bool = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        owner, started = parse_extra(self.extra)
+        object.__setattr__(self, "owner", owner)
+        object.__setattr__(self, "started", started)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("extra", "owner", "started") and name in self.__dict__:
+            raise AttributeError(f"Job.{name} is set once (owner and started come from extra)")
+        super().__setattr__(name, value)
+
+    @classmethod
+    def from_api(cls, raw: dict[str, Any]) -> Job:
+        """A job from slurmrestd's record (``GET /job/{id}`` or ``/jobs/``)."""
+        states = raw.get("job_state") or []
+        return cls(job_id=int(raw["job_id"]), name=_text(raw, "name"),
+                   state=str(states[0]) if states else "UNKNOWN", extra=_text(raw, "extra"),
+                   nodes=_text(raw, "nodes"), reason=_text(raw, "state_reason"),
+                   raw=raw, admin_comment=_text(raw, "admin_comment"))
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
