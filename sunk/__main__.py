@@ -20,9 +20,9 @@ from sunk.policy import PolicyLoadError, PolicyStore
 from sunk.scheduler import Scheduler
 from sunk.servers import metrics_app, probes_app, serve
 from sunk.settings import Settings, from_args
-from sunk.slurm import SlurmClient
+from sunk.slurm.client import SlurmClient
 from sunk.syncer import Syncer
-from sunk.web import create_app
+from web import create_app
 
 if TYPE_CHECKING:
     import kr8s.asyncio

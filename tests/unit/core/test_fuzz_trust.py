@@ -19,7 +19,7 @@ from sunk import ownership, translate
 from sunk.hookauth import HookKeys, HookRefused, bearer, job_owner
 from sunk.hooks import create_hooks_app
 from sunk.locking import LockState
-from sunk.slurm import SlurmClient, SlurmError, _error_text
+from sunk.slurm.client import SlurmClient, SlurmError, _error_text
 
 T = TypeVar("T")
 PREFIX = "sunk.coreweave.com/"

@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from sunk.slurm import Job
+from sunk.slurm.job import Job
 from sunk.web import views
 from sunk.web.sample import StaticScheduler, broken_policies, sample
 

@@ -10,10 +10,7 @@ its scheduler.
 from __future__ import annotations
 
 import contextlib
-import logging
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -21,11 +18,8 @@ import httpx
 import msgspec
 from httpx_aiohttp import HttpxAiohttpClient
 
-from sunk import slurmtext
-from sunk.decide import FINISHED_STATES
-
-log = logging.getLogger("sunk.slurm")
-
+from sunk.slurm.job import Job
+from sunk.slurm.text import permanent_error
 
 #: msgspec decodes slurmrestd's job listings several times faster than json does.
 _decode = msgspec.json.Decoder().decode
@@ -51,36 +45,7 @@ class SlurmError(Exception):
     @property
     def permanent(self) -> bool:
         """Slurm refused the request as it stands: asking again gets the same answer."""
-        return self.status != 0 and slurmtext.permanent_error(list(self.numbers))
-
-
-@dataclass
-class Job:
-    """The fields of a Slurm job that sunk reads."""
-
-    job_id: int
-    name: str
-    state: str
-    extra: str
-    nodes: str
-    reason: str
-    raw: dict[str, Any] = field(repr=False, default_factory=dict)
-    #: Set by the submitter only if a Slurm operator (sunk's proof that a job is its own).
-    admin_comment: str = ""
-    #: When this record was read from Slurm, or its state last changed (monotonic seconds).
-    checked_at: float = field(default_factory=time.monotonic)
-
-    @classmethod
-    def from_api(cls, raw: dict[str, Any]) -> Job:
-        states = raw.get("job_state") or []
-        return cls(job_id=int(raw["job_id"]), name=raw.get("name") or "",
-                   state=states[0] if states else "UNKNOWN", extra=raw.get("extra") or "",
-                   nodes=raw.get("nodes") or "", reason=raw.get("state_reason") or "",
-                   raw=raw, admin_comment=raw.get("admin_comment") or "")
-
-    @property
-    def finished(self) -> bool:
-        return self.state in FINISHED_STATES
+        return self.status != 0 and permanent_error(list(self.numbers))
 
 
 def _error_text(error: dict[str, Any]) -> str:
