@@ -133,6 +133,8 @@ class SlurmClient:
         body = await self._call("GET", "/jobs/state/")
         states: dict[int, str] = {}
         for j in body.get("jobs") or []:
+            if not isinstance(j, dict):
+                continue  # a listing that says something odd must not stop the poll
             with contextlib.suppress(KeyError, TypeError, ValueError):
                 states[int(j["job_id"])] = (j.get("state") or ["UNKNOWN"])[0]
         return states

@@ -186,7 +186,8 @@ async def test_job_states_is_the_cheap_listing(rest: Slurmrestd, client: SlurmCl
                       {"job_id": 4, "state": []},
                       {"state": ["RUNNING"]},  # no id: skipped
                       {"job_id": "x", "state": ["RUNNING"]},
-                      {"job_id": None, "state": ["RUNNING"]}])
+                      {"job_id": None, "state": ["RUNNING"]},
+                      "not a job"])
     assert await client.job_states() == {1: "RUNNING", 2: "PENDING", 3: "UNKNOWN",
                                          4: "UNKNOWN"}
     assert rest.last.method == "GET" and rest.last.url.path == "/slurm/v0.0.42/jobs/state/"
