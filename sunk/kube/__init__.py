@@ -1,0 +1,44 @@
+"""The Kubernetes API: the only package that imports kr8s (to read credentials).
+
+``client``: one HTTP session to the API server, calls and watch streams; ``informer``:
+list-then-watch caches; ``writes``: what the scheduler writes, with typed bodies.
+"""
+
+from sunk.kube.client import (
+    UNREACHABLE,
+    Client,
+    Credentials,
+    KubeError,
+    Obj,
+    api_path,
+    close,
+    connect,
+    connect_waiting,
+    load_credentials,
+    request,
+)
+from sunk.kube.informer import Handler, Informer, key
+from sunk.kube.writes import annotate, bind, delete_pod, event, evict, set_taints
+
+__all__ = [
+    "UNREACHABLE",
+    "Client",
+    "Credentials",
+    "Handler",
+    "Informer",
+    "KubeError",
+    "Obj",
+    "annotate",
+    "api_path",
+    "bind",
+    "close",
+    "connect",
+    "connect_waiting",
+    "delete_pod",
+    "event",
+    "evict",
+    "key",
+    "load_credentials",
+    "request",
+    "set_taints",
+]

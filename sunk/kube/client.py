@@ -1,0 +1,291 @@
+"""One HTTP session to the Kubernetes API server, on aiohttp's connections.
+
+The seam is built on httpx directly rather than on kr8s's ``Api``: kr8s makes its own httpx
+session, which can be swapped only through its private attributes, and httpcore's pool and TLS
+layers cost about twice the CPU per call of aiohttp's (docs/benchmarks.md; the scheduler is
+CPU-bound on its calls). kr8s is kept for what it does well and publicly: reading a kubeconfig
+or the in-cluster service account into credentials (``Api.auth``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+import httpx
+import kr8s.asyncio
+import msgspec
+from httpx_aiohttp import HttpxAiohttpClient
+
+log = logging.getLogger("sunk.kube")
+
+Obj = dict[str, Any]
+Params = Mapping[str, str]
+
+#: What the HTTP stack raises when the API server cannot be reached or drops the connection
+#: (httpx's errors, aiohttp's and the OS's can surface from the transport; TimeoutError is an
+#: OSError).
+UNREACHABLE = (httpx.HTTPError, OSError, aiohttp.ClientError)
+
+#: A call waits at most this long for an answer; the API server gives up on its own after 60 s
+#: (``--request-timeout``), so this only catches a connection that went silent.
+TIMEOUT = httpx.Timeout(70.0, connect=10.0)
+#: A watch may stay silent for minutes (the server ends it after ``timeoutSeconds``).
+WATCH_TIMEOUT = httpx.Timeout(None, connect=10.0)
+
+_decode = msgspec.json.Decoder().decode
+_encode = msgspec.json.Encoder().encode
+
+
+class KubeError(Exception):
+    """A call that failed: ``status`` is the HTTP status, or 0 if the server was not reached."""
+
+    def __init__(self, message: str, *, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Credentials(Protocol):
+    """What kr8s's ``KubeAuth`` offers publicly, and all :class:`Client` needs of it."""
+
+    server: str
+    token: str | None
+    tls_server_name: str | None
+
+    @property
+    def proxy(self) -> str | None: ...
+
+    async def ssl_context(self) -> ssl.SSLContext | bool: ...
+
+    async def reauthenticate(self) -> None: ...
+
+
+def api_path(url: str, *, namespace: str | None = None, version: str = "v1") -> str:
+    """The path of ``url`` as kr8s's ``call_api`` builds it: core ``v1`` under ``/api``, a group
+    version under ``/apis``, a namespace in ``/namespaces/<ns>/``; a path that starts with ``/``
+    (``/version``) is taken as it is."""
+    if url.startswith("/"):
+        return url
+    if version == "v1":
+        base = "/api"
+    elif "/" in version:
+        base = "/apis"
+    else:
+        raise ValueError(f"not an API version: {version!r} (v1, or group/version)")
+    parts = [base, version]
+    if namespace:
+        parts += ["namespaces", namespace]
+    parts.append(url)
+    return "/".join(parts)
+
+
+def _message(response: httpx.Response) -> str:
+    """The ``message`` of a Kubernetes Status body, or what the body says otherwise."""
+    try:
+        body = _decode(response.content)
+    except msgspec.DecodeError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return str(body["message"])
+    return response.text[:500] or response.reason_phrase or f"HTTP {response.status_code}"
+
+
+async def _lines(response: httpx.Response, path: str) -> AsyncIterator[str]:
+    """The response's lines; a stream that breaks raises KubeError with status 0."""
+    try:
+        async for line in response.aiter_lines():
+            yield line
+    except UNREACHABLE as exc:
+        raise KubeError(f"watch {path}: the stream broke: {exc!r}") from exc
+
+
+class Client:
+    """The API server's client: one connection pool, credentials re-read once on a 401 (bound
+    service-account tokens rotate; kr8s did the same for us)."""
+
+    def __init__(self, credentials: Credentials, *,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        #: Tests pass an ``httpx.MockTransport``; otherwise aiohttp's connections are used.
+        self.credentials, self._transport = credentials, transport
+        self._session: httpx.AsyncClient | None = None
+        #: Sessions replaced by a re-authentication; a watch may still read from one.
+        self._retired: list[httpx.AsyncClient] = []
+        self._renewals = 0
+        self._renewing = asyncio.Lock()
+
+    async def _new_session(self) -> httpx.AsyncClient:
+        return HttpxAiohttpClient(
+            base_url=self.credentials.server, timeout=TIMEOUT, follow_redirects=True,
+            verify=await self.credentials.ssl_context(), proxy=self.credentials.proxy,
+            headers={"Accept": "application/json", "User-Agent": "sunk"},
+            transport=self._transport)
+
+    async def _current(self) -> tuple[httpx.AsyncClient, int]:
+        if self._session is None:
+            async with self._renewing:
+                if self._session is None:
+                    self._session = await self._new_session()
+        return self._session, self._renewals
+
+    async def _reauthenticate(self, seen: int) -> None:
+        """Read the credentials again (unless a concurrent call just did) and start a new
+        session with them: a rotated client certificate needs new connections."""
+        async with self._renewing:
+            if self._renewals != seen:
+                return
+            log.info("the API server refused our credentials (401); reading them again")
+            await self.credentials.reauthenticate()
+            for old in self._retired:  # older than one renewal: no watch still needs them
+                await old.aclose()
+            self._retired = [self._session] if self._session is not None else []
+            self._session = await self._new_session()
+            self._renewals += 1
+
+    def _build(self, session: httpx.AsyncClient, method: str, path: str, *,
+               params: Params | None, json: Mapping[str, object] | None,
+               headers: Mapping[str, str] | None, timeout: httpx.Timeout) -> httpx.Request:
+        sent = httpx.Headers({"Content-Type": "application/json"} if json is not None else {})
+        if self.credentials.token:
+            sent["Authorization"] = f"Bearer {self.credentials.token}"
+        sent.update(headers or {})  # case-insensitive: a caller's Content-Type replaces ours
+        extensions = ({"sni_hostname": self.credentials.tls_server_name}
+                      if self.credentials.tls_server_name else None)
+        return session.build_request(
+            method, path, params=params, headers=sent, timeout=timeout, extensions=extensions,
+            content=_encode(json) if json is not None else None)
+
+    async def send(self, method: str, url: str, *, namespace: str | None = None,
+                   version: str = "v1", params: Params | None = None,
+                   json: Mapping[str, object] | None = None,
+                   headers: Mapping[str, str] | None = None) -> httpx.Response:
+        """One call, its answer read whatever its status (for callers that judge the status
+        themselves). Raises KubeError with status 0 if the server cannot be reached."""
+        path = api_path(url, namespace=namespace, version=version)
+        try:
+            for attempt in (1, 2):
+                session, seen = await self._current()
+                request = self._build(session, method, path, params=params, json=json,
+                                      headers=headers, timeout=TIMEOUT)
+                response = await session.send(request)
+                if response.status_code != 401 or attempt == 2:
+                    return response
+                await self._reauthenticate(seen)
+        except UNREACHABLE as exc:  # the API server is down, restarting or out of reach
+            raise KubeError(f"{method} {path}: {exc!r}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def request(self, method: str, url: str, *, namespace: str | None = None,
+                      version: str = "v1", params: Params | None = None,
+                      json: Mapping[str, object] | None = None,
+                      headers: Mapping[str, str] | None = None) -> Obj:
+        """One call and its decoded answer; an error answer raises KubeError with its status
+        and the server's message."""
+        response = await self.send(method, url, namespace=namespace, version=version,
+                                   params=params, json=json, headers=headers)
+        where = f"{method} {response.request.url.path}"
+        if response.is_error:
+            raise KubeError(f"{where}: {response.status_code} {_message(response)}",
+                            status=response.status_code)
+        if not response.content:
+            return {}
+        try:
+            body = _decode(response.content)
+        except msgspec.DecodeError as exc:
+            raise KubeError(f"{where}: the answer is not JSON: {exc}",
+                            status=response.status_code) from exc
+        if not isinstance(body, dict):
+            raise KubeError(f"{where}: the answer is not an object",
+                            status=response.status_code)
+        return body
+
+    @contextlib.asynccontextmanager
+    async def watch_lines(self, url: str, *, namespace: str | None = None,
+                          version: str = "v1", params: Params | None = None,
+                          ) -> AsyncIterator[AsyncIterator[str]]:
+        """A streamed GET (a watch), read line by line with no read timeout. An error answer
+        raises KubeError with its status; a dropped stream raises KubeError with status 0."""
+        path = api_path(url, namespace=namespace, version=version)
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                for attempt in (1, 2):
+                    session, seen = await self._current()
+                    request = self._build(session, "GET", path, params=params, json=None,
+                                          headers=None, timeout=WATCH_TIMEOUT)
+                    response = await session.send(request, stream=True)
+                    stack.push_async_callback(response.aclose)
+                    if response.status_code != 401 or attempt == 2:
+                        break
+                    await response.aclose()
+                    await self._reauthenticate(seen)
+                if response.is_error:
+                    await response.aread()
+            except UNREACHABLE as exc:
+                raise KubeError(f"watch {path}: {exc!r}") from exc
+            if response.is_error:
+                raise KubeError(f"watch {path}: {response.status_code} {_message(response)}",
+                                status=response.status_code)
+            yield _lines(response, path)
+
+    async def aclose(self) -> None:
+        """Close every connection (before the event loop ends)."""
+        for session in [*self._retired, *([self._session] if self._session else [])]:
+            await session.aclose()
+        self._retired, self._session = [], None
+
+
+async def load_credentials(kubeconfig: Path | None) -> Credentials:
+    """Credentials from ``kubeconfig``, or the in-cluster service account, read by kr8s.
+
+    ``kr8s.asyncio.api()`` would also ask the server's version through an httpx session that kr8s
+    offers no public way to close (an open socket left behind); the ``Api`` class it returns,
+    made directly, reads only the credentials."""
+    api = kr8s.asyncio.Api(kubeconfig=str(kubeconfig) if kubeconfig else None,
+                           bypass_factory=True)
+    credentials: Credentials = api.auth
+    await credentials.reauthenticate()
+    return credentials
+
+
+async def connect(kubeconfig: Path | None) -> Client:
+    """An API client from ``kubeconfig``, or the in-cluster service account, once the API
+    server answers."""
+    client = Client(await load_credentials(kubeconfig))
+    try:
+        await client.request("GET", "/version")
+    except BaseException:
+        await client.aclose()
+        raise
+    return client
+
+
+async def connect_waiting(kubeconfig: Path | None) -> Client:
+    """:func:`connect`, waiting out an API server that is not up yet (a control-plane restart
+    while the scheduler starts is no reason to crash-loop)."""
+    delay = 0.5
+    while True:
+        try:
+            return await connect(kubeconfig)
+        except KubeError as exc:
+            log.warning("the API server does not answer (%s); trying again in %.0fs", exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(30.0, delay * 2)
+
+
+async def close(client: Client) -> None:
+    """Close the client's connections before the event loop ends."""
+    await client.aclose()
+
+
+async def request(client: Client, method: str, url: str, *, namespace: str | None = None,
+                  version: str = "v1", params: Params | None = None,
+                  json: Mapping[str, object] | None = None,
+                  headers: Mapping[str, str] | None = None) -> Obj:
+    """:meth:`Client.request`, as a function (tests replace it)."""
+    return await client.request(method, url, namespace=namespace, version=version,
+                                params=params, json=json, headers=headers)

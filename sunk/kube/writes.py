@@ -1,0 +1,189 @@
+"""What the scheduler writes to the API server: bindings, annotations, deletions, Events, node
+taints and evictions, each with a typed body (a misspelt field is a type error, not an object
+the server quietly drops)."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, NotRequired, TypedDict
+
+from sunk.kube.client import Client, KubeError, Obj
+
+log = logging.getLogger("sunk.kube")
+
+MERGE_PATCH = {"Content-Type": "application/merge-patch+json"}
+
+
+class ObjectMeta(TypedDict, total=False):
+    name: str
+    generateName: str
+    namespace: str
+    uid: str
+    resourceVersion: str
+    annotations: Mapping[str, str | None]
+
+
+class ObjectReference(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    name: str
+    namespace: str | None
+    uid: str | None
+
+
+class Binding(TypedDict):
+    apiVersion: Literal["v1"]
+    kind: Literal["Binding"]
+    metadata: ObjectMeta
+    target: ObjectReference
+
+
+class Preconditions(TypedDict):
+    uid: str
+
+
+class DeleteOptions(TypedDict):
+    apiVersion: Literal["v1"]
+    kind: Literal["DeleteOptions"]
+    preconditions: Preconditions
+    gracePeriodSeconds: NotRequired[int]
+
+
+class Eviction(TypedDict):
+    apiVersion: Literal["policy/v1"]
+    kind: Literal["Eviction"]
+    metadata: ObjectMeta
+
+
+class EventSource(TypedDict):
+    component: str
+
+
+class Event(TypedDict):
+    apiVersion: Literal["v1"]
+    kind: Literal["Event"]
+    metadata: ObjectMeta
+    involvedObject: ObjectReference
+    reason: str
+    message: str
+    type: str
+    source: EventSource
+    reportingComponent: str
+    firstTimestamp: str
+    lastTimestamp: str
+    count: int
+
+
+class MetadataPatch(TypedDict):
+    metadata: ObjectMeta
+
+
+class NodeSpecPatch(TypedDict):
+    taints: Sequence[Mapping[str, Any]]
+
+
+class NodeTaintsPatch(TypedDict):
+    metadata: ObjectMeta
+    spec: NodeSpecPatch
+
+
+def binding_body(pod: Obj, node: str) -> Binding:
+    meta = pod["metadata"]
+    return {"apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"],
+                         "uid": meta["uid"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+
+
+def delete_options(uid: str, grace: int | None = None) -> DeleteOptions:
+    body: DeleteOptions = {"apiVersion": "v1", "kind": "DeleteOptions",
+                           "preconditions": {"uid": uid}}
+    if grace is not None:
+        body["gracePeriodSeconds"] = grace
+    return body
+
+
+def eviction_body(namespace: str, name: str) -> Eviction:
+    return {"apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace}}
+
+
+def event_body(obj: Obj, *, reason: str, message: str, kind: str, type_: str, component: str,
+               now: datetime.datetime) -> Event:
+    meta = obj["metadata"]
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.",
+                     "namespace": meta.get("namespace") or "default"},
+        "involvedObject": {"apiVersion": "v1", "kind": kind, "name": meta["name"],
+                           "namespace": meta.get("namespace"), "uid": meta.get("uid")},
+        "reason": reason, "message": message[:1024], "type": type_,
+        "source": {"component": component}, "reportingComponent": component,
+        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+    }
+
+
+async def bind(api: Client, pod: Obj, node: str) -> None:
+    """Bind as kube-scheduler's DefaultBinder does: a Binding carrying the Pod's uid, so a Pod
+    deleted and recreated under the same name is never bound by mistake."""
+    meta = pod["metadata"]
+    await api.request("POST", f"pods/{meta['name']}/binding", namespace=meta["namespace"],
+                      json=binding_body(pod, node))
+
+
+async def annotate(api: Client, kind: str, namespace: str | None, name: str,
+                   annotations: dict[str, str | None]) -> Obj:
+    """Merge-patch annotations (None removes one)."""
+    body: MetadataPatch = {"metadata": {"annotations": annotations}}
+    return await api.request("PATCH", f"{kind}/{name}", namespace=namespace, json=body,
+                             headers=MERGE_PATCH)
+
+
+async def delete_pod(api: Client, pod: Obj, *, grace: int | None = None) -> None:
+    """Delete the Pod (only this incarnation of it: uid precondition). Gone already (404) or
+    replaced by a new Pod of the same name (409) is fine."""
+    meta = pod["metadata"]
+    try:
+        await api.request("DELETE", f"pods/{meta['name']}", namespace=meta["namespace"],
+                          json=delete_options(meta["uid"], grace))
+    except KubeError as exc:
+        if exc.status not in (404, 409):
+            raise
+
+
+async def event(api: Client, obj: Obj, *, reason: str, message: str, kind: str = "Pod",
+                type_: str = "Normal", component: str = "sunk") -> None:
+    """A core/v1 Event on ``obj`` (``kubectl describe`` shows it). Failures are only logged:
+    an Event is a courtesy, never a reason to stop."""
+    body = event_body(obj, reason=reason, message=message, kind=kind, type_=type_,
+                      component=component, now=datetime.datetime.now(datetime.UTC))
+    ns = body["metadata"]["namespace"]
+    try:
+        await api.request("POST", "events", namespace=ns, json=body)
+    except KubeError as exc:
+        log.warning("could not record Event %s on %s/%s: %s", reason, ns,
+                    obj["metadata"]["name"], exc)
+
+
+async def set_taints(api: Client, node_name: str, resource_version: str,
+                     taints: Sequence[Mapping[str, Any]]) -> Obj:
+    """Replace the Node's taints. The resourceVersion makes this a compare-and-swap: if the
+    Node changed since it was read, the server answers 409 (KubeError) and no concurrent
+    taint change is lost. Returns the Node as written."""
+    body: NodeTaintsPatch = {"metadata": {"resourceVersion": resource_version},
+                             "spec": {"taints": taints}}
+    return await api.request("PATCH", f"nodes/{node_name}", json=body, headers=MERGE_PATCH)
+
+
+async def evict(api: Client, namespace: str, name: str) -> None:
+    """Evict the Pod through the Eviction API, which honours PodDisruptionBudgets (a refusal is
+    a KubeError, 429 for a budget). A Pod already gone (404) is fine."""
+    try:
+        await api.request("POST", f"pods/{name}/eviction", namespace=namespace,
+                          json=eviction_body(namespace, name))
+    except KubeError as exc:
+        if exc.status != 404:
+            raise

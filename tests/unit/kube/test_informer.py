@@ -1,0 +1,174 @@
+"""The Informer against an HTTP-level stand-in: list, watch, 410, bookmarks, dropped streams."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+import pytest
+
+from sunk import kube
+from tests.unit.kube.fakes import FakeServer, client, listing, never, obj, status, watch
+
+Seen = list[tuple[str, str]]
+
+
+def recorder() -> tuple[Seen, Callable[[str, kube.Obj], None]]:
+    seen: Seen = []
+    return seen, lambda kind, o: seen.append((kind, kube.key(o)))
+
+
+@pytest.fixture
+async def running() -> AsyncIterator[Callable[[kube.Informer], None]]:
+    """Runs informers in the background; cancels them when the test ends."""
+    tasks: list[asyncio.Task[None]] = []
+    yield lambda informer: tasks.append(asyncio.create_task(informer.run()))
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def params(request: httpx.Request) -> dict[str, str]:
+    return dict(request.url.params)
+
+
+async def test_list_then_watch_keeps_the_cache_and_calls_the_handler(
+        running: Callable[[kube.Informer], None]) -> None:
+    a2 = obj("a", "12", spec={"v": 2})
+    server = FakeServer(
+        listing("10", obj("a", "1"), obj("b", "2")),
+        watch(("ADDED", obj("c", "11")), ("MODIFIED", a2), ("DELETED", obj("b", "13")),
+              ("BOOKMARK", {"metadata": {"resourceVersion": "14"}})),
+        never)
+    seen, handler = recorder()
+    api = client(server)
+    informer = kube.Informer(api, "pods", namespace="ns", label_selector="app=x",
+                             handler=handler)
+    running(informer)
+    await server.wait_for(3)
+    assert seen == [("ADDED", "ns/a"), ("ADDED", "ns/b"), ("ADDED", "ns/c"),
+                    ("MODIFIED", "ns/a"), ("DELETED", "ns/b")]
+    assert informer.cache == {"ns/a": a2, "ns/c": obj("c", "11")}
+    assert informer.generation == 4  # the list, then three changes; the bookmark is none
+    assert informer.synced.is_set() and informer.healthy
+    listed, watched, resumed = server.requests
+    assert listed.url.path == watched.url.path == "/api/v1/namespaces/ns/pods"
+    assert params(listed) == {"labelSelector": "app=x"}
+    assert params(watched) == {"labelSelector": "app=x", "watch": "true",
+                               "resourceVersion": "10", "allowWatchBookmarks": "true",
+                               "timeoutSeconds": "300"}
+    assert params(resumed)["resourceVersion"] == "14"  # the bookmark's: no list again
+    await api.aclose()
+
+
+async def test_410_gone_lists_again_and_what_went_missing_arrives_as_deleted(
+        running: Callable[[kube.Informer], None]) -> None:
+    server = FakeServer(
+        listing("10", obj("a", "1"), obj("b", "2")),
+        watch(("ERROR", {"kind": "Status", "code": 410, "message": "too old"})),
+        listing("20", obj("a", "15"), obj("c", "16")),
+        never)
+    seen, handler = recorder()
+    api = client(server)
+    informer = kube.Informer(api, "pods", handler=handler)
+    running(informer)
+    await server.wait_for(4)
+    assert seen == [("ADDED", "ns/a"), ("ADDED", "ns/b"),
+                    ("DELETED", "ns/b"), ("ADDED", "ns/a"), ("ADDED", "ns/c")]
+    assert sorted(informer.cache) == ["ns/a", "ns/c"]
+    assert informer.cache["ns/a"]["metadata"]["resourceVersion"] == "15"
+    assert params(server.requests[3])["resourceVersion"] == "20"
+    assert informer.healthy
+    await api.aclose()
+
+
+async def test_a_watch_refused_with_410_lists_again(
+        running: Callable[[kube.Informer], None]) -> None:
+    server = FakeServer(listing("10"), status(410, "too old"), listing("20"), never)
+    api = client(server)
+    informer = kube.Informer(api, "nodes")
+    running(informer)
+    await server.wait_for(4)
+    assert [r.url.params.get("watch") for r in server.requests] == [None, "true", None, "true"]
+    assert params(server.requests[3])["resourceVersion"] == "20"
+    await api.aclose()
+
+
+async def test_a_dropped_stream_resumes_at_the_last_resource_version_seen(
+        running: Callable[[kube.Informer], None]) -> None:
+    server = FakeServer(
+        listing("10", obj("a", "1")),
+        watch(("ADDED", obj("b", "11")), error=httpx.ReadError("connection reset")),
+        never)
+    seen, handler = recorder()
+    api = client(server)
+    informer = kube.Informer(api, "pods", handler=handler)
+    running(informer)
+    await server.wait_for(3)
+    assert not informer.healthy  # until the resumed watch ends well
+    assert "stream broke" in informer.last_error
+    assert params(server.requests[2])["resourceVersion"] == "11"  # not 10, and no list
+    assert seen == [("ADDED", "ns/a"), ("ADDED", "ns/b")]
+    await api.aclose()
+
+
+async def test_a_refused_watch_is_reported_and_listed_again(
+        running: Callable[[kube.Informer], None]) -> None:
+    reported: list[tuple[bool, str]] = []
+
+    async def relist(request: httpx.Request) -> httpx.Response:
+        reported.append((informer.healthy, informer.last_error))
+        return listing("30")
+
+    server = FakeServer(listing("10"), status(500, "etcd is down"), relist, never)
+    api = client(server)
+    informer = kube.Informer(api, "pods")
+    running(informer)
+    await server.wait_for(4)
+    [(healthy, error)] = reported
+    assert not healthy and "500 etcd is down" in error
+    assert server.requests[2].url.params.get("watch") is None  # a list, not a resume
+    assert informer.healthy and informer.last_error == ""
+    await api.aclose()
+
+
+async def test_an_unreachable_server_never_ends_the_informer(
+        running: Callable[[kube.Informer], None]) -> None:
+    async def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused")
+
+    server = FakeServer(refuse, listing("10", obj("a", "1")), never)
+    api = client(server)
+    informer = kube.Informer(api, "pods")
+    running(informer)
+    await server.wait_for(1)
+    async with asyncio.timeout(5):
+        await informer.synced.wait()
+    assert list(informer.cache) == ["ns/a"]
+    await api.aclose()
+
+
+async def test_a_coroutine_handler_is_awaited_and_one_that_fails_gets_a_fresh_list(
+        running: Callable[[kube.Informer], None]) -> None:
+    seen: Seen = []
+    failures = [RuntimeError("handler broke")]
+
+    async def handler(kind: str, o: kube.Obj) -> None:
+        await asyncio.sleep(0)
+        if kind == "MODIFIED" and failures:
+            raise failures.pop()
+        seen.append((kind, kube.key(o)))
+
+    server = FakeServer(listing("10", obj("a", "1")),
+                        watch(("MODIFIED", obj("a", "11"))),
+                        listing("11", obj("a", "11")), never)
+    api = client(server)
+    informer = kube.Informer(api, "pods", handler=handler)
+    running(informer)
+    await server.wait_for(4)
+    # the handler failed on MODIFIED: an unexpected error lists again, so nothing is lost
+    assert seen == [("ADDED", "ns/a"), ("ADDED", "ns/a")]
+    assert informer.cache["ns/a"]["metadata"]["resourceVersion"] == "11"
+    await api.aclose()
+
