@@ -31,14 +31,11 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from prometheus_client import Gauge
 
 from sunk import kube
-
-if TYPE_CHECKING:
-    import kr8s.asyncio
 
 log = logging.getLogger("sunk.leader")
 
@@ -198,7 +195,7 @@ class KubeLeases:
 
     VERSION = "coordination.k8s.io/v1"
 
-    def __init__(self, api: kr8s.asyncio.Api, *, namespace: str, name: str) -> None:
+    def __init__(self, api: kube.Client, *, namespace: str, name: str) -> None:
         self.api, self.namespace, self.name = api, namespace, name
         self._metadata: dict[str, Any] = {}
 
@@ -380,7 +377,7 @@ class PodLabel:
     """A label on this replica's own Pod saying whether it leads, for Services that must reach
     the leader (hook API, dashboard). Best effort: failures are logged, never fatal."""
 
-    def __init__(self, api: kr8s.asyncio.Api, *, namespace: str, pod: str | None,
+    def __init__(self, api: kube.Client, *, namespace: str, pod: str | None,
                  key: str) -> None:
         self.api, self.namespace, self.pod, self.key = api, namespace, pod, key
 

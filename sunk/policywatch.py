@@ -14,13 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sunk import kube
 from sunk.policy import PolicyIssue, PolicyLoadError, PolicyStore
-
-if TYPE_CHECKING:
-    import kr8s.asyncio
 
 log = logging.getLogger("sunk.policywatch")
 
@@ -35,7 +32,7 @@ def configmap_ref(ref: str, default_namespace: str) -> tuple[str, str]:
     return namespace, name
 
 
-async def load(api: kr8s.asyncio.Api, namespace: str, name: str,
+async def load(api: kube.Client, namespace: str, name: str,
                settings: Mapping[str, Any] | None = None, *, attempts: int | None = None,
                delay: float = 0.5) -> PolicyStore:
     """The policy set of the ConfigMap, at start-up. Raises PolicyLoadError if it does not
@@ -64,7 +61,7 @@ async def load(api: kr8s.asyncio.Api, namespace: str, name: str,
 class ConfigMapPolicies:
     """Keeps ``store`` in step with one ConfigMap: every change is a reload."""
 
-    def __init__(self, api: kr8s.asyncio.Api, namespace: str, name: str,
+    def __init__(self, api: kube.Client, namespace: str, name: str,
                  store: PolicyStore) -> None:
         self.namespace, self.name, self.store = namespace, name, store
         self.informer = kube.Informer(api, "configmaps", namespace=namespace,
