@@ -9,7 +9,6 @@ import logging
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING
 
 import uvloop
 from pydantic import ValidationError
@@ -24,9 +23,6 @@ from sunk.slurm.client import SlurmClient
 from sunk.syncer import Syncer
 from web import create_app
 
-if TYPE_CHECKING:
-    import kr8s.asyncio
-
 log = logging.getLogger("sunk")
 
 
@@ -38,7 +34,7 @@ def _setup_logging(level: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def _election(settings: Settings, api: kr8s.asyncio.Api,
+def _election(settings: Settings, api: kube.Client,
               ) -> tuple[leader.LeaderElector, leader.PodLabel] | None:
     """The leader elector and the leader label on our own Pod, with --leader-elect."""
     if not settings.leader_elect:
