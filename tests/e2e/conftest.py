@@ -13,16 +13,15 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
-import kr8s
-import kr8s.asyncio
 import pytest
 
+from sunk.kube import Client, connect
 from testbed import cluster
 from testbed.scheduler import DEMO_PROCESS
 from testbed.scheduler import REPO as REPO
 from testbed.scheduler import RunningScheduler as RunningScheduler
 from testbed.scheduler import start_scheduler as start_scheduler
-from tests.e2e.helpers import close_api
+from tests.e2e.helpers import call_api, close_api
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -57,8 +56,8 @@ def _testbed() -> Iterator[cluster.Testbed]:
 
 
 @pytest.fixture(scope="session")
-async def kube(testbed: cluster.Testbed) -> AsyncIterator[kr8s.asyncio.Api]:
-    api = await kr8s.asyncio.api(kubeconfig=str(testbed.kubeconfig))
+async def kube(testbed: cluster.Testbed) -> AsyncIterator[Client]:
+    api = await connect(testbed.kubeconfig)
     yield api
     await close_api(api)
 
@@ -72,42 +71,42 @@ async def slurm(testbed: cluster.Testbed) -> AsyncIterator[httpx.AsyncClient]:
 
 
 @pytest.fixture
-async def namespace(kube: kr8s.asyncio.Api) -> AsyncIterator[str]:
+async def namespace(kube: Client) -> AsyncIterator[str]:
     """A namespace of the test's own, emptied and removed afterwards."""
     async with scratch_namespace(kube) as name:
         yield name
 
 
 @pytest.fixture
-async def other_namespace(kube: kr8s.asyncio.Api) -> AsyncIterator[str]:
+async def other_namespace(kube: Client) -> AsyncIterator[str]:
     """A second namespace of the test's own (another user's, say)."""
     async with scratch_namespace(kube) as name:
         yield name
 
 
 @contextlib.asynccontextmanager
-async def scratch_namespace(kube: kr8s.asyncio.Api) -> AsyncIterator[str]:
+async def scratch_namespace(kube: Client) -> AsyncIterator[str]:
     """The test bed has no namespace controller, so cleanup deletes the Pods itself (at once)
     and then finalizes the namespace as that controller would."""
     name = f"t-{secrets.token_hex(4)}"
-    ns = await kr8s.asyncio.objects.Namespace({"metadata": {"name": name}}, api=kube)
-    await ns.create()
+    await kube.request("POST", "namespaces", json={"apiVersion": "v1", "kind": "Namespace",
+                                                   "metadata": {"name": name}})
     yield name
-    async with kube.call_api("GET", namespace=name, url="pods") as r:
+    async with call_api(kube, "GET", namespace=name, url="pods") as r:
         held = [p["metadata"]["name"] for p in r.json()["items"] if p["metadata"].get("finalizers")]
     for pod in held:
-        async with kube.call_api("PATCH", namespace=name, url=f"pods/{pod}",
-                                 json={"metadata": {"finalizers": None}},
-                                 headers={"Content-Type": "application/merge-patch+json"}):
+        async with call_api(kube, "PATCH", namespace=name, url=f"pods/{pod}",
+                            json={"metadata": {"finalizers": None}},
+                            headers={"Content-Type": "application/merge-patch+json"}):
             pass
-    async with kube.call_api("DELETE", namespace=name, url="pods",
-                             params={"gracePeriodSeconds": "0"}):
+    async with call_api(kube, "DELETE", namespace=name, url="pods",
+                        params={"gracePeriodSeconds": "0"}):
         pass
-    async with kube.call_api("DELETE", url=f"namespaces/{name}"):
+    async with call_api(kube, "DELETE", url=f"namespaces/{name}"):
         pass
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name},
             "spec": {"finalizers": []}}
-    async with kube.call_api("PUT", url=f"namespaces/{name}/finalize", json=body):
+    async with call_api(kube, "PUT", url=f"namespaces/{name}/finalize", json=body):
         pass
 
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import httpx
-import kr8s.asyncio
-from kr8s.asyncio.objects import APIObject
 
+from sunk.kube import Client, KubeError
 from sunk.kube import close as close_api
 from testbed import cluster
 from testbed.errors import TestbedError
@@ -29,9 +28,28 @@ async def eventually(check: Callable[[], Awaitable[T | None]], within: float = 3
             await asyncio.sleep(0.2)
 
 
-async def kube_list(kube: kr8s.asyncio.Api, kind: str, **kwargs: Any) -> list[dict[str, Any]]:
-    """Objects of ``kind`` as plain dicts."""
-    return [o.raw if isinstance(o, APIObject) else o async for o in kube.async_get(kind, **kwargs)]
+@contextlib.asynccontextmanager
+async def call_api(kube: Client, method: str = "GET", *, version: str = "v1",
+                   namespace: str | None = None, url: str = "",
+                   params: dict[str, str] | None = None, json: dict[str, Any] | None = None,
+                   headers: dict[str, str] | None = None,
+                   raise_for_status: bool = True) -> AsyncIterator[httpx.Response]:
+    """One call and its whole answer, for tests that read status codes; an error answer raises
+    KubeError unless ``raise_for_status`` is false."""
+    r = await kube.send(method, url, namespace=namespace, version=version, params=params,
+                        json=json, headers=headers)
+    if raise_for_status and r.is_error:
+        raise KubeError(f"{method} {url}: {r.status_code} {r.text}", status=r.status_code)
+    yield r
+
+
+async def kube_list(kube: Client, kind: str, *, namespace: str | None = None,
+                    label_selector: str | None = None) -> list[dict[str, Any]]:
+    """Objects of ``kind`` (a plural: "pods") as plain dicts."""
+    params = {"labelSelector": label_selector} if label_selector else None
+    body = await kube.request("GET", kind, namespace=namespace, params=params)
+    items: list[dict[str, Any]] = body["items"]
+    return items
 
 
 def pod_manifest(name: str, namespace: str, scheduler: str, *, cpu: str = "1",
@@ -56,22 +74,22 @@ def pod_manifest(name: str, namespace: str, scheduler: str, *, cpu: str = "1",
             "spec": body}
 
 
-async def create(kube: kr8s.asyncio.Api, manifest: dict[str, Any]) -> None:
+async def create(kube: Client, manifest: dict[str, Any]) -> None:
     ns = manifest["metadata"]["namespace"]
-    async with kube.call_api("POST", namespace=ns, url="pods", json=manifest):
+    async with call_api(kube, "POST", namespace=ns, url="pods", json=manifest):
         pass
 
 
-async def get_pod(kube: kr8s.asyncio.Api, namespace: str, name: str) -> dict[str, Any] | None:
-    async with kube.call_api("GET", namespace=namespace, url=f"pods/{name}",
-                             raise_for_status=False) as r:
+async def get_pod(kube: Client, namespace: str, name: str) -> dict[str, Any] | None:
+    async with call_api(kube, "GET", namespace=namespace, url=f"pods/{name}",
+                        raise_for_status=False) as r:
         if r.status_code == 404:
             return None
         body: dict[str, Any] = r.json()
         return body
 
 
-async def wait_bound(kube: kr8s.asyncio.Api, namespace: str, name: str,
+async def wait_bound(kube: Client, namespace: str, name: str,
                      within: float = 60) -> dict[str, Any]:
     async def bound() -> dict[str, Any] | None:
         pod = await get_pod(kube, namespace, name)
@@ -80,9 +98,9 @@ async def wait_bound(kube: kr8s.asyncio.Api, namespace: str, name: str,
     return await eventually(bound, within)
 
 
-async def events_for(kube: kr8s.asyncio.Api, namespace: str, name: str) -> list[dict[str, Any]]:
-    async with kube.call_api("GET", namespace=namespace, url="events",
-                             params={"fieldSelector": f"involvedObject.name={name}"}) as r:
+async def events_for(kube: Client, namespace: str, name: str) -> list[dict[str, Any]]:
+    async with call_api(kube, "GET", namespace=namespace, url="events",
+                        params={"fieldSelector": f"involvedObject.name={name}"}) as r:
         items: list[dict[str, Any]] = r.json()["items"]
         return items
 

@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 
 import httpx
-import kr8s.asyncio
 from playwright.async_api import async_playwright
 
+from sunk.kube import connect
 from testbed import build, cluster, demo, procs
 from testbed.scheduler import DEMO_NAME, DEMO_PROCESS, REPO, start_demo_scheduler
-from tests.e2e.helpers import close_api, create, eventually, pod_manifest
+from tests.e2e.helpers import call_api, close_api, create, eventually, pod_manifest
 from tests.e2e.test_dashboard import CHROMIUM, CHROMIUM_ARGS, PREFIX, sbatch_exclusive
 
 NAMESPACE = "demo"
@@ -37,7 +37,7 @@ VIEWS = {"pods": f"/pods?namespace={NAMESPACE}", "nodes": "/nodes?state=busy",
 
 
 async def _shoot(testbed: cluster.Testbed, dashboard: str, out: Path) -> None:
-    kube = await kr8s.asyncio.api(kubeconfig=str(testbed.kubeconfig))
+    kube = await connect(testbed.kubeconfig)
     client = httpx.AsyncClient(base_url=dashboard)
     nodes = (await client.get("/api/v1/nodes")).json()["nodes"]
     idle = [n["slurm_node"] for n in nodes if n["slurm_state"] == "IDLE"]
@@ -74,8 +74,8 @@ async def _shoot(testbed: cluster.Testbed, dashboard: str, out: Path) -> None:
             await browser.close()
     finally:
         testbed.slurm("scancel", blocker)
-        async with kube.call_api("DELETE", namespace=NAMESPACE, url=f"pods/{HELD_POD}",
-                                 raise_for_status=False):
+        async with call_api(kube, "DELETE", namespace=NAMESPACE, url=f"pods/{HELD_POD}",
+                            raise_for_status=False):
             pass
         await client.aclose()
         await close_api(kube)

@@ -20,14 +20,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import kr8s.asyncio
 import pytest
 import yaml
 
+from sunk.kube import Client, connect
 from testbed import build, cluster, pki
 from testbed.scheduler import REPO
 from tests.e2e.conftest import scratch_namespace
-from tests.e2e.helpers import close_api
+from tests.e2e.helpers import call_api, close_api
 
 CHART = REPO / "charts" / "sunk"
 RELEASE = "guard"
@@ -47,7 +47,7 @@ class Guarded:
     watched: str  # scope.namespaces
     slurmd: str  # scheduler.slurmd.namespace
     outside: str  # in no list: the policy does not apply there
-    scheduler: kr8s.asyncio.Api  # acting with the chart-named ServiceAccount's token
+    scheduler: Client  # acting with the chart-named ServiceAccount's token
 
     @property
     def account(self) -> str:
@@ -67,7 +67,7 @@ class Answer:
         return str(self.body.get("message", ""))
 
 
-async def request(api: kr8s.asyncio.Api, method: str, url: str, *, namespace: str | None = None,
+async def request(api: Client, method: str, url: str, *, namespace: str | None = None,
                   as_user: str | None = USER, version: str = "v1", json_body: Obj | None = None,
                   headers: dict[str, str] | None = None) -> Answer:
     """A request as ``as_user`` (impersonated through ``api``'s admin credentials) or, with
@@ -75,8 +75,8 @@ async def request(api: kr8s.asyncio.Api, method: str, url: str, *, namespace: st
     sent = dict(headers or {})
     if as_user is not None:
         sent["Impersonate-User"] = as_user
-    async with api.call_api(method, version=version, namespace=namespace, url=url,
-                            json=json_body, headers=sent, raise_for_status=False) as r:
+    async with call_api(api, method, version=version, namespace=namespace, url=url,
+                        json=json_body, headers=sent, raise_for_status=False) as r:
         return Answer(r.status_code, r.json() if r.content else {})
 
 
@@ -92,13 +92,13 @@ def pod(name: str, namespace: str, annotations: dict[str, str] | None = None,
                      "containers": [{"name": "main", "image": "busybox"}]}}
 
 
-async def create_pod(api: kr8s.asyncio.Api, manifest: Obj, *,
+async def create_pod(api: Client, manifest: Obj, *,
                      as_user: str | None = USER) -> Answer:
     return await request(api, "POST", "pods", namespace=manifest["metadata"]["namespace"],
                          as_user=as_user, json_body=manifest)
 
 
-async def patch_pod(api: kr8s.asyncio.Api, namespace: str, name: str, metadata: Obj, *,
+async def patch_pod(api: Client, namespace: str, name: str, metadata: Obj, *,
                     as_user: str | None = USER, subresource: str = "") -> Answer:
     url = f"pods/{name}" + (f"/{subresource}" if subresource else "")
     return await request(api, "PATCH", url, namespace=namespace, as_user=as_user,
@@ -135,7 +135,7 @@ def render(release_ns: str, watched: str, slurmd: str) -> list[Obj]:
     return objects
 
 
-async def grant(kube: kr8s.asyncio.Api, namespace: str, name: str, rules: list[Obj],
+async def grant(kube: Client, namespace: str, name: str, rules: list[Obj],
                 subject: Obj) -> None:
     for kind, body in (("roles", {"rules": rules}),
                        ("rolebindings", {"roleRef": {"apiGroup": "rbac.authorization.k8s.io",
@@ -146,7 +146,7 @@ async def grant(kube: kr8s.asyncio.Api, namespace: str, name: str, rules: list[O
                       json_body={"metadata": {"name": name, "namespace": namespace}, **body})
 
 
-async def wait_in_force(kube: kr8s.asyncio.Api, namespace: str, within: float = 30) -> float:
+async def wait_in_force(kube: Client, namespace: str, within: float = 30) -> float:
     """The API server loads new policies and bindings a moment after they are created: create
     a Pod the policy refuses until it is refused (deleting any that got through)."""
     started = time.monotonic()
@@ -162,7 +162,7 @@ async def wait_in_force(kube: kr8s.asyncio.Api, namespace: str, within: float = 
 
 
 @pytest.fixture(scope="module")
-async def guarded(testbed: cluster.Testbed, kube: kr8s.asyncio.Api,
+async def guarded(testbed: cluster.Testbed, kube: Client,
                   tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Guarded]:
     async with contextlib.AsyncExitStack() as stack:
         release, watched, slurmd, outside = [
@@ -192,7 +192,7 @@ async def guarded(testbed: cluster.Testbed, kube: kr8s.asyncio.Api,
         kubeconfig.write_text(pki.kubeconfig(
             testbed.apiserver_url, testbed.pki, user=f"system:serviceaccount:{release}:{ACCOUNT}",
             token=minted.body["status"]["token"]))
-        scheduler = await kr8s.asyncio.api(kubeconfig=str(kubeconfig))
+        scheduler = await connect(kubeconfig)
         stack.push_async_callback(close_api, scheduler)
 
         policy, binding = render(release, watched, slurmd)
@@ -212,8 +212,8 @@ async def guarded(testbed: cluster.Testbed, kube: kr8s.asyncio.Api,
         stack.push_async_callback(remove)
         for (plural, _), manifest in zip(names, (policy, binding), strict=True):
             # Strict: a field the API server does not know is an error, not dropped silently.
-            async with kube.call_api("POST", version=ADMISSION, url=plural, json=manifest,
-                                     params={"fieldValidation": "Strict"}) as r:
+            async with call_api(kube, "POST", version=ADMISSION, url=plural, json=manifest,
+                                params={"fieldValidation": "Strict"}) as r:
                 assert r.status_code == 201, r.text
         await wait_in_force(kube, watched)
         yield Guarded(release, watched, slurmd, outside, scheduler)
@@ -223,7 +223,7 @@ async def guarded(testbed: cluster.Testbed, kube: kr8s.asyncio.Api,
 
 
 async def test_an_ordinary_user_cannot_create_a_pod_carrying_owned_metadata(
-        guarded: Guarded, kube: kr8s.asyncio.Api) -> None:
+        guarded: Guarded, kube: Client) -> None:
     g = guarded
     copied = "remove it from the Pod (copied from another Pod?)"
     for i, (notes, labels, key) in enumerate([
@@ -249,7 +249,7 @@ async def test_an_ordinary_user_cannot_create_a_pod_carrying_owned_metadata(
 
 
 async def test_an_ordinary_user_edits_a_pod_but_never_its_owned_metadata(
-        guarded: Guarded, kube: kr8s.asyncio.Api) -> None:
+        guarded: Guarded, kube: Client) -> None:
     g = guarded
     ns, name = g.watched, "mine"
     assert_admitted(await create_pod(kube, pod(name, ns, None, {"app": "a"})))
@@ -312,7 +312,7 @@ async def test_an_ordinary_user_edits_a_pod_but_never_its_owned_metadata(
 
 
 async def test_the_scheduler_adds_changes_and_removes_its_metadata(
-        guarded: Guarded, kube: kr8s.asyncio.Api) -> None:
+        guarded: Guarded, kube: Client) -> None:
     g = guarded
     for ns, name, key, values in ((g.watched, "job", JOB_ID, ("1", "2")),
                                   (g.watched, "job", REJECTED, ("SlurmRefused", "x")),
@@ -332,7 +332,7 @@ async def test_the_scheduler_adds_changes_and_removes_its_metadata(
 
 
 async def test_namespaces_outside_the_binding_are_not_affected(
-        guarded: Guarded, kube: kr8s.asyncio.Api) -> None:
+        guarded: Guarded, kube: Client) -> None:
     ns = guarded.outside
     assert_admitted(await create_pod(kube, pod("copy", ns, {JOB_ID: "42", LOCK: "locked"},
                                                {LEADER: "true"})))

@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import kr8s.asyncio
 import pytest
 
+from sunk.kube import Client, connect
 from testbed import build, cluster, pki, procs
 from testbed.scheduler import GPU_TYPES, REPO
 from testbed.topology import SLURM_NAMESPACE
 from tests.e2e.helpers import (
+    call_api,
     close_api,
     create,
     events_for,
@@ -138,37 +139,37 @@ async def wait_ready(replica: Replica, within: float = 60) -> str:
                          + replica.log.read_text()[-3000:])
 
 
-async def call(kube: kr8s.asyncio.Api, method: str, url: str, *, namespace: str | None = None,
+async def call(kube: Client, method: str, url: str, *, namespace: str | None = None,
                version: str = "v1", **kwargs: Any) -> dict[str, Any]:
-    async with kube.call_api(method, version=version, namespace=namespace, url=url,
-                             **kwargs) as r:
+    async with call_api(kube, method, version=version, namespace=namespace, url=url,
+                        **kwargs) as r:
         body: dict[str, Any] = r.json() if r.content else {}
         return body
 
 
-async def lease_holder(kube: kr8s.asyncio.Api, namespace: str) -> str:
+async def lease_holder(kube: Client, namespace: str) -> str:
     lease = await call(kube, "GET", f"leases/{RELEASE}", namespace=namespace,
                        version="coordination.k8s.io/v1")
     return str(lease["spec"].get("holderIdentity") or "")
 
 
-async def leader_pod(kube: kr8s.asyncio.Api, namespace: str) -> str:
+async def leader_pod(kube: Client, namespace: str) -> str:
     """The stand-in Pod whose replica holds the Lease (identities are <pod>_<random>)."""
     return (await lease_holder(kube, namespace)).rpartition("_")[0]
 
 
-async def labelled_leaders(kube: kr8s.asyncio.Api, namespace: str) -> list[str]:
+async def labelled_leaders(kube: Client, namespace: str) -> list[str]:
     body = await call(kube, "GET", "pods", namespace=namespace,
                       params={"labelSelector": f"{LEADER}=true"})
     return sorted(p["metadata"]["name"] for p in body["items"])
 
 
-async def make_namespace(kube: kr8s.asyncio.Api, name: str) -> None:
+async def make_namespace(kube: Client, name: str) -> None:
     await call(kube, "POST", "namespaces",
                json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
 
-async def remove_namespace(kube: kr8s.asyncio.Api, name: str) -> None:
+async def remove_namespace(kube: Client, name: str) -> None:
     """Delete its Pods at once and finalize it (the test bed has no namespace controller)."""
     await call(kube, "DELETE", "pods", namespace=name, params={"gracePeriodSeconds": "0"})
     await call(kube, "DELETE", f"namespaces/{name}")
@@ -194,7 +195,7 @@ async def our_jobs(slurm: httpx.AsyncClient, namespaces: tuple[str, ...]) -> lis
 
 
 @pytest.fixture(scope="module")
-async def release(testbed: cluster.Testbed, kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient,
+async def release(testbed: cluster.Testbed, kube: Client, slurm: httpx.AsyncClient,
                   tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Release]:
     if not procs.port_free(testbed.ports["hooks"]):
         pytest.fail("another scheduler serves the test bed's hook port; run test_chart.py "
@@ -271,7 +272,7 @@ async def release(testbed: cluster.Testbed, kube: kr8s.asyncio.Api, slurm: httpx
             await remove_namespace(kube, ns)
 
 
-async def _clean_up(rel: Release, kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient) -> None:
+async def _clean_up(rel: Release, kube: Client, slurm: httpx.AsyncClient) -> None:
     """Delete the test's Pods while the leader still runs (it cancels their jobs and answers
     the placeholder jobs' hook calls), wait until Slurm and the Nodes are clear, then stop."""
     try:
@@ -299,7 +300,7 @@ async def _clean_up(rel: Release, kube: kr8s.asyncio.Api, slurm: httpx.AsyncClie
 
 
 async def test_two_replicas_of_the_installed_chart_elect_one_leader(
-        release: Release, kube: kr8s.asyncio.Api) -> None:
+        release: Release, kube: Client) -> None:
     leader = await leader_pod(kube, release.namespace)
     assert leader in ("sunk-0", "sunk-1")
     assert release.scheduler == f"{release.namespace}-{RELEASE}"
@@ -314,7 +315,7 @@ async def test_two_replicas_of_the_installed_chart_elect_one_leader(
 
 
 async def test_a_pod_in_a_watched_namespace_is_scheduled_and_one_elsewhere_is_ignored(
-        release: Release, kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient) -> None:
+        release: Release, kube: Client, slurm: httpx.AsyncClient) -> None:
     for ns in (*release.watched, release.unwatched):
         await create(kube, pod_manifest("p", ns, release.scheduler))
     for ns in release.watched:
@@ -328,7 +329,7 @@ async def test_a_pod_in_a_watched_namespace_is_scheduled_and_one_elsewhere_is_ig
 
 
 async def test_editing_the_policies_configmap_changes_behaviour_without_a_restart(
-        release: Release, kube: kr8s.asyncio.Api) -> None:
+        release: Release, kube: Client) -> None:
     ns = release.watched[0]
     pids = {pod: r.process.pid for pod, r in release.replicas.items()}
     url = f"configmaps/{RELEASE}-policies"
@@ -362,7 +363,7 @@ async def test_editing_the_policies_configmap_changes_behaviour_without_a_restar
 
 
 async def test_killing_the_leader_hands_over_and_every_pod_gets_exactly_one_job(
-        release: Release, kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient,
+        release: Release, kube: Client, slurm: httpx.AsyncClient,
         testbed: cluster.Testbed) -> None:
     old = await leader_pod(kube, release.namespace)
     new = next(pod for pod in release.replicas if pod != old)
@@ -436,7 +437,7 @@ async def test_no_api_call_was_refused_for_lack_of_permission(release: Release) 
 
 async def test_the_service_account_may_do_no_more(release: Release) -> None:
     """The token the replicas ran with really is the chart's, and really is limited."""
-    api = await kr8s.asyncio.api(kubeconfig=str(release.kubeconfig))
+    api = await connect(release.kubeconfig)
     binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "x"},
                "target": {"apiVersion": "v1", "kind": "Node", "name": "kwok-node-000"}}
     try:
@@ -445,18 +446,18 @@ async def test_the_service_account_may_do_no_more(release: Release) -> None:
                 ("POST", "pods/x/binding", release.unwatched, binding),
                 ("DELETE", "pods/x", release.unwatched, None),
                 ("GET", "configmaps", release.namespace, None)):
-            async with api.call_api(method, url=url, namespace=namespace, json=body,
-                                    raise_for_status=False) as r:
+            async with call_api(api, method, url=url, namespace=namespace, json=body,
+                                raise_for_status=False) as r:
                 assert r.status_code == 403, (method, url, namespace, r.text)
-        async with api.call_api("GET", url=f"configmaps/{RELEASE}-policies",
-                                namespace=release.namespace) as r:
+        async with call_api(api, "GET", url=f"configmaps/{RELEASE}-policies",
+                            namespace=release.namespace) as r:
             assert r.status_code == 200
     finally:
         await close_api(api)
 
 
 async def test_the_installed_admission_policy_refuses_everyone_but_the_scheduler(
-        release: Release, kube: kr8s.asyncio.Api) -> None:
+        release: Release, kube: Client) -> None:
     """helm install made the policy and its binding: the replicas wrote job ids and the leader
     label through it (the tests above, and no 403 in their logs); the admin may not."""
     account = f"system:serviceaccount:{release.namespace}:{RELEASE}"
@@ -466,8 +467,8 @@ async def test_the_installed_admission_policy_refuses_everyone_but_the_scheduler
                       labels: dict[str, str]) -> tuple[int, str]:
         manifest = pod_manifest("copied", namespace, "nobody", annotations=notes)
         manifest["metadata"]["labels"] = labels
-        async with kube.call_api("POST", namespace=namespace, url="pods", json=manifest,
-                                 raise_for_status=False) as r:
+        async with call_api(kube, "POST", namespace=namespace, url="pods", json=manifest,
+                            raise_for_status=False) as r:
             return r.status_code, str(r.json().get("message", ""))
 
     for namespace, notes, labels, key in (

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
-import kr8s.asyncio
 import pytest
 from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright, expect
 
+from sunk.kube import Client
 from testbed import cluster, topology
 from tests.e2e.conftest import RunningScheduler
 from tests.e2e.helpers import create, pod_manifest
@@ -75,7 +75,7 @@ def sbatch_exclusive(testbed: cluster.Testbed, node: topology.TestbedNode, name:
 
 
 async def test_pods_move_from_waiting_to_bound_without_a_reload(
-        page: Page, kube: kr8s.asyncio.Api, namespace: str, scheduler: RunningScheduler,
+        page: Page, kube: Client, namespace: str, scheduler: RunningScheduler,
         testbed: cluster.Testbed) -> None:
     node = testbed.nodes[-1]
     blocker = sbatch_exclusive(testbed, node, "dashboard-blocker")
@@ -104,7 +104,7 @@ HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned
 
 
 async def test_markup_in_user_input_is_shown_as_text(
-        page: Page, kube: kr8s.asyncio.Api, namespace: str,
+        page: Page, kube: Client, namespace: str,
         scheduler: RunningScheduler) -> None:
     # Kubernetes names cannot hold "<": the markup goes into an annotation, which the policies
     # reject, quoting it in the rejection message that the Pods page shows.

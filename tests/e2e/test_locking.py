@@ -9,29 +9,29 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import kr8s.asyncio
 
+from sunk.kube import Client
 from testbed import cluster
 from testbed.topology import SLURM_NAMESPACE, TestbedNode
 from tests.e2e.conftest import RunningScheduler
-from tests.e2e.helpers import create, eventually, get_pod, pod_manifest, quiet, wait_bound
+from tests.e2e.helpers import call_api, create, eventually, get_pod, pod_manifest, quiet, wait_bound
 
 LOCK = "sunk.coreweave.com/lock"
 
 
-async def slurmd_pod(kube: kr8s.asyncio.Api, node: TestbedNode) -> dict[str, Any]:
+async def slurmd_pod(kube: Client, node: TestbedNode) -> dict[str, Any]:
     pod = await get_pod(kube, SLURM_NAMESPACE, node.slurmd_pod)
     assert pod is not None
     return pod
 
 
-async def lock_state(kube: kr8s.asyncio.Api, node: TestbedNode) -> str:
+async def lock_state(kube: Client, node: TestbedNode) -> str:
     pod = await slurmd_pod(kube, node)
     return str(pod["metadata"].get("annotations", {}).get(LOCK, "false"))
 
 
-async def node_taints(kube: kr8s.asyncio.Api, node: TestbedNode) -> list[str]:
-    async with kube.call_api("GET", url=f"nodes/{node.k8s_name}") as r:
+async def node_taints(kube: Client, node: TestbedNode) -> list[str]:
+    async with call_api(kube, "GET", url=f"nodes/{node.k8s_name}") as r:
         return [t["key"] for t in r.json()["spec"].get("taints") or []]
 
 
@@ -39,7 +39,7 @@ class LockWatcher:
     """Records every lock state a node's slurmd Pod goes through, with the time it was seen.
     A watch, not polling: a state may last only milliseconds and must still be seen."""
 
-    def __init__(self, kube: kr8s.asyncio.Api, node: TestbedNode) -> None:
+    def __init__(self, kube: Client, node: TestbedNode) -> None:
         self.kube, self.node = kube, node
         self.seen: list[tuple[float, str]] = []
         self.watching = asyncio.Event()
@@ -55,11 +55,10 @@ class LockWatcher:
         self._saw(pod)
         params = {"watch": "true", "fieldSelector": f"metadata.name={self.node.slurmd_pod}",
                   "resourceVersion": pod["metadata"]["resourceVersion"]}
-        async with self.kube.call_api("GET", namespace=SLURM_NAMESPACE, url="pods",
-                                      params=params, stream=True,
-                                      timeout=httpx.Timeout(None, connect=10)) as r:
+        async with self.kube.watch_lines("pods", namespace=SLURM_NAMESPACE,
+                                         params=params) as lines:
             self.watching.set()
-            async for line in r.aiter_lines():
+            async for line in lines:
                 if line.strip():
                     self._saw(json.loads(line)["object"])
 
@@ -94,7 +93,7 @@ async def job_state(slurm: httpx.AsyncClient, job_id: str) -> str:
 
 
 async def test_a_slurm_job_starts_only_after_the_node_is_cleared_then_it_is_unlocked(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
     node = testbed.nodes[1]
     await quiet(slurm, testbed, [node.slurm_name])
@@ -109,8 +108,8 @@ async def test_a_slurm_job_starts_only_after_the_node_is_cleared_then_it_is_unlo
           "spec": {"selector": {"matchLabels": {"app": "logs"}}, "template": {
               "metadata": {"labels": {"app": "logs"}},
               "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
-    async with kube.call_api("POST", version="apps/v1", namespace=namespace,
-                             url="daemonsets", json=ds) as r:
+    async with call_api(kube, "POST", version="apps/v1", namespace=namespace,
+                        url="daemonsets", json=ds) as r:
         ds_uid = r.json()["metadata"]["uid"]
     await create(kube, plain_pod("logs-agent", namespace, node, ownerReferences=[{
         "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "logs", "uid": ds_uid,
@@ -164,7 +163,7 @@ async def test_a_slurm_job_starts_only_after_the_node_is_cleared_then_it_is_unlo
 
 
 async def test_a_placeholder_job_takes_a_strict_lock(
-        kube: kr8s.asyncio.Api, namespace: str, scheduler: RunningScheduler,
+        kube: Client, namespace: str, scheduler: RunningScheduler,
         testbed: cluster.Testbed) -> None:
     node = testbed.nodes[2]
     await create(kube, pod_manifest("served", namespace, scheduler.name, annotations={
@@ -175,7 +174,7 @@ async def test_a_placeholder_job_takes_a_strict_lock(
 
 
 async def test_a_pod_that_may_not_be_evicted_fails_the_prolog_and_drains_the_node(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
     """No disruption controller runs here, so the API server refuses (429) every eviction of
     a Pod that a PodDisruptionBudget selects, as a budget allowing no disruption does."""
@@ -184,8 +183,8 @@ async def test_a_pod_that_may_not_be_evicted_fails_the_prolog_and_drains_the_nod
     pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
            "metadata": {"name": "precious", "namespace": namespace},
            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "precious"}}}}
-    async with kube.call_api("POST", version="policy/v1", namespace=namespace,
-                             url="poddisruptionbudgets", json=pdb):
+    async with call_api(kube, "POST", version="policy/v1", namespace=namespace,
+                        url="poddisruptionbudgets", json=pdb):
         pass
     job_id = sbatch(testbed, node, "sleep 30")
     try:
@@ -198,10 +197,10 @@ async def test_a_pod_that_may_not_be_evicted_fails_the_prolog_and_drains_the_nod
         assert shown["sunk.coreweave.com/slurm-state"] == "drain"
         assert "rolog" in shown["sunk.coreweave.com/slurm-reason"]  # Slurm: "Prolog error"
         assert await get_pod(kube, namespace, "precious") is not None
-        async with kube.call_api("GET", url=f"nodes/{node.k8s_name}") as r:
+        async with call_api(kube, "GET", url=f"nodes/{node.k8s_name}") as r:
             on_node = r.json()["metadata"]["annotations"]
         assert on_node["sunk.coreweave.com/slurm-state"] == "drain"
-        async with kube.call_api("GET", namespace=namespace, url="events", params={
+        async with call_api(kube, "GET", namespace=namespace, url="events", params={
                 "fieldSelector": "involvedObject.name=precious"}) as r:
             reasons = {e["reason"] for e in r.json()["items"]}
         assert "EvictionRefused" in reasons

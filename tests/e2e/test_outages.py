@@ -13,12 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import kr8s.asyncio
 import pytest
 
+from sunk.kube import Client
 from testbed import cluster
 from tests.e2e.conftest import RunningScheduler
 from tests.e2e.helpers import (
+    call_api,
     create,
     eventually,
     get_pod,
@@ -73,7 +74,7 @@ async def jobs_of(slurm: httpx.AsyncClient, uids: set[str]) -> dict[str, list[st
 @pytest.mark.parametrize("down", [15, 120], ids=["15s", "120s"])
 @pytest.mark.parametrize("part", cluster.RESTARTABLE)
 async def test_the_scheduler_waits_out_an_outage(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed, part: str, down: int) -> None:
     await quiet(slurm, testbed)
     names = [f"burst-{i}" for i in range(BURST)]
@@ -129,7 +130,7 @@ async def test_the_scheduler_waits_out_an_outage(
     assert all(len(listed) == 1 and listed[0].endswith(":RUNNING") for listed in live.values()
                ), f"one running job per Pod: {jobs}"
 
-    async with kube.call_api("DELETE", namespace=namespace, url="pods"):
+    async with call_api(kube, "DELETE", namespace=namespace, url="pods"):
         pass
 
     async def all_gone() -> bool:

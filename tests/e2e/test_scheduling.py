@@ -7,9 +7,9 @@ import signal
 from typing import Any
 
 import httpx
-import kr8s.asyncio
 import pytest
 
+from sunk.kube import Client
 from testbed import cluster, errors
 from testbed.topology import SLURM_NAMESPACE
 from tests.e2e.conftest import RunningScheduler, start_scheduler
@@ -34,14 +34,14 @@ async def job_of(slurm: httpx.AsyncClient, pod: dict[str, Any]) -> dict[str, Any
     return job
 
 
-async def k8s_node_of(kube: kr8s.asyncio.Api, slurm_node: str) -> str:
+async def k8s_node_of(kube: Client, slurm_node: str) -> str:
     pods = await kube_list(kube, "pods", namespace=SLURM_NAMESPACE,
                            label_selector="app.kubernetes.io/name=slurmd")
     return str(next(p["spec"]["nodeName"] for p in pods if p["spec"]["hostname"] == slurm_node))
 
 
 async def test_cpu_and_gpu_pods_get_matching_jobs_and_run_where_slurm_put_them(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler) -> None:
     await create(kube, pod_manifest("cpu", namespace, scheduler.name, cpu="3", memory="3Gi"))
     await create(kube, pod_manifest("gpu", namespace, scheduler.name, cpu="4", memory="8Gi",
@@ -100,7 +100,7 @@ ANNOTATIONS: list[tuple[str, str, str, Any]] = [
 
 
 async def test_every_annotation_reaches_its_job_field(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
     testbed.slurm("scontrol", "create", "reservation", "ReservationName=sunk-e2e",
                   "Nodes=h100-002", "StartTime=now", "Duration=10", "Users=root")
@@ -160,7 +160,7 @@ async def test_every_annotation_reaches_its_job_field(
         await eventually(reservation_deleted)
 
 
-async def _job_when_submitted(kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+async def _job_when_submitted(kube: Client, slurm: httpx.AsyncClient, namespace: str,
                               name: str) -> dict[str, Any] | None:
     pod = await get_pod(kube, namespace, name)
     if pod is None or JOB_ID not in pod["metadata"].get("annotations", {}):
@@ -177,7 +177,7 @@ async def _job_when_submitted(kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, 
      "InvalidAnnotation"),
 ])
 async def test_invalid_pods_get_an_event_and_no_job(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, name: str, changes: dict[str, Any], reason: str) -> None:
     await create(kube, pod_manifest(name, namespace, scheduler.name, **changes))
 
@@ -195,7 +195,7 @@ async def test_invalid_pods_get_an_event_and_no_job(
 
 
 async def test_node_affinity_and_taints_narrow_where_slurm_may_place(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
     # Six GPU Pods must fit on the one A100 node left: jobs that earlier tests left ending
     # there (their Pods go with their namespaces) must be gone first.
@@ -220,7 +220,7 @@ async def test_node_affinity_and_taints_narrow_where_slurm_may_place(
 
 
 async def test_a_job_left_by_a_crashed_scheduler_is_adopted_not_submitted_again(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
         testbed: cluster.Testbed) -> None:
     """The window between submitting and annotating: a job naming the Pod exists in Slurm but
     the Pod does not know it. A (re)started scheduler must adopt it."""
@@ -253,7 +253,7 @@ async def test_a_job_left_by_a_crashed_scheduler_is_adopted_not_submitted_again(
 
 
 async def test_kill_9_right_after_submit_then_restart_gives_one_job_and_a_bound_pod(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
         testbed: cluster.Testbed) -> None:
     name = "sunk-crash"
     running = start_scheduler(testbed, name=name)

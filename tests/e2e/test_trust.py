@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import kr8s.asyncio
 
 from sunk.hookauth import HookKeys, job_owner
+from sunk.kube import Client
 from testbed import cluster
 from tests.e2e.conftest import RunningScheduler
 from tests.e2e.helpers import (
+    call_api,
     create,
     events_for,
     eventually,
@@ -37,16 +38,16 @@ async def job(slurm: httpx.AsyncClient, job_id: int | str) -> dict[str, Any]:
     return found
 
 
-async def delete(kube: kr8s.asyncio.Api, namespace: str, name: str) -> None:
-    async with kube.call_api("DELETE", namespace=namespace, url=f"pods/{name}"):
+async def delete(kube: Client, namespace: str, name: str) -> None:
+    async with call_api(kube, "DELETE", namespace=namespace, url=f"pods/{name}"):
         pass
 
 
-async def event_reasons(kube: kr8s.asyncio.Api, namespace: str, name: str) -> dict[str, str]:
+async def event_reasons(kube: Client, namespace: str, name: str) -> dict[str, str]:
     return {e["reason"]: e["message"] for e in await events_for(kube, namespace, name)}
 
 
-async def wait_event(kube: kr8s.asyncio.Api, namespace: str, name: str, reason: str,
+async def wait_event(kube: Client, namespace: str, name: str, reason: str,
                      within: float = 30) -> str:
     async def seen() -> str | None:
         return (await event_reasons(kube, namespace, name)).get(reason)
@@ -67,7 +68,7 @@ def sbatch(testbed: cluster.Testbed, script: str, *args: str, user: str | None =
 
 
 async def test_a_pod_naming_another_pods_job_gets_its_own_and_leaves_the_other_alone(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str, other_namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str, other_namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
     """Another namespace's job id, a copy of a running Pod (`kubectl get -o yaml`), and the id
     of a plain Slurm batch job: each Pod gets its own job; deleting them cancels none of the
@@ -118,7 +119,7 @@ async def test_a_pod_naming_another_pods_job_gets_its_own_and_leaves_the_other_a
 
 
 async def test_a_copied_rejection_does_not_block_a_pod(
-        kube: kr8s.asyncio.Api, namespace: str, scheduler: RunningScheduler) -> None:
+        kube: Client, namespace: str, scheduler: RunningScheduler) -> None:
     await create(kube, pod_manifest("was-rejected", namespace, scheduler.name, annotations={
         REJECTED: "PolicyDenied", POD_UID: "0b6e4bb4-0000-0000-0000-000000000000"}))
     pod = await wait_bound(kube, namespace, "was-rejected")
@@ -127,7 +128,7 @@ async def test_a_copied_rejection_does_not_block_a_pod(
 
 
 async def test_hooks_act_only_for_their_own_job_and_only_when_slurm_agrees(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
     await quiet(slurm, testbed)
     node = testbed.nodes[0].slurm_name
@@ -191,7 +192,7 @@ async def test_hooks_act_only_for_their_own_job_and_only_when_slurm_agrees(
 
 
 async def test_an_unprivileged_slurm_job_cannot_reach_the_node_secret_or_other_jobs(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
     """An ordinary sbatch job of an ordinary Slurm user tries what the reference product
     allowed: read the hook secret and have another user's Pod deleted."""
@@ -227,7 +228,7 @@ done
 
 
 async def test_what_slurm_or_the_scheduler_refuses_reaches_the_pod(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
     node = testbed.nodes[0].slurm_name
     await create(kube, pod_manifest("conflict", namespace, scheduler.name, annotations={

@@ -7,12 +7,12 @@ import time
 from typing import Any
 
 import httpx
-import kr8s.asyncio
 import pytest
 
+from sunk.kube import Client
 from testbed import cluster
 from tests.e2e.conftest import RunningScheduler
-from tests.e2e.helpers import create, eventually, get_pod, pod_manifest, quiet, wait_bound
+from tests.e2e.helpers import call_api, create, eventually, get_pod, pod_manifest, quiet, wait_bound
 
 JOB_ID = "sunk.coreweave.com/job-id"
 HOLD = "sunk.test/hold"
@@ -30,20 +30,20 @@ async def node_state(slurm: httpx.AsyncClient, node: str) -> list[str]:
     return state
 
 
-async def delete(kube: kr8s.asyncio.Api, namespace: str, name: str) -> None:
-    async with kube.call_api("DELETE", namespace=namespace, url=f"pods/{name}"):
+async def delete(kube: Client, namespace: str, name: str) -> None:
+    async with call_api(kube, "DELETE", namespace=namespace, url=f"pods/{name}"):
         pass
 
 
-async def release(kube: kr8s.asyncio.Api, namespace: str, name: str) -> None:
+async def release(kube: Client, namespace: str, name: str) -> None:
     """Remove the test's finalizer so the Pod object can go."""
-    async with kube.call_api("PATCH", namespace=namespace, url=f"pods/{name}",
-                             json={"metadata": {"finalizers": None}},
-                             headers={"Content-Type": "application/merge-patch+json"}):
+    async with call_api(kube, "PATCH", namespace=namespace, url=f"pods/{name}",
+                        json={"metadata": {"finalizers": None}},
+                        headers={"Content-Type": "application/merge-patch+json"}):
         pass
 
 
-async def held_pod(kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+async def held_pod(kube: Client, slurm: httpx.AsyncClient, namespace: str,
                    scheduler: RunningScheduler, name: str) -> tuple[str, str]:
     """A whole-node Pod whose object outlives its deletion (our finalizer), once bound: its
     job id and Slurm node."""
@@ -55,12 +55,12 @@ async def held_pod(kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: 
     return job_id, str((await job(slurm, job_id))["nodes"])
 
 
-async def gone(kube: kr8s.asyncio.Api, namespace: str, name: str) -> bool:
+async def gone(kube: Client, namespace: str, name: str) -> bool:
     return await get_pod(kube, namespace, name) is None
 
 
 async def test_deleting_a_running_pod_ends_its_job_and_frees_the_node_only_once_it_is_gone(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
     job_id, node = await held_pod(kube, slurm, namespace, scheduler, "held")
     await delete(kube, namespace, "held")
@@ -91,7 +91,7 @@ async def test_deleting_a_running_pod_ends_its_job_and_frees_the_node_only_once_
 
 @pytest.mark.parametrize("user", [None, "1001"], ids=["as-root", "as-a-pod-user"])
 async def test_scancel_deletes_the_pod_quickly_and_the_job_ends_before_kill_wait(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed, user: str | None) -> None:
     """Also as the Slurm user a Pod names: its placeholder job must reach the hook API too."""
     await quiet(slurm, testbed)
@@ -117,7 +117,7 @@ async def test_scancel_deletes_the_pod_quickly_and_the_job_ends_before_kill_wait
 
 
 async def test_a_pod_whose_deletion_hangs_drains_the_node_before_kill_wait(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
     job_id, node = await held_pod(kube, slurm, namespace, scheduler, "stuck")
     try:
@@ -145,7 +145,7 @@ async def test_a_pod_whose_deletion_hangs_drains_the_node_before_kill_wait(
 
 
 async def test_deleting_a_pod_whose_job_is_pending_cancels_the_job(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
     node = testbed.nodes[0].slurm_name
     busy = testbed.slurm("sbatch", "--parsable", f"--nodelist={node}", "--exclusive",
@@ -156,7 +156,7 @@ async def test_deleting_a_pod_whose_job_is_pending_cancels_the_job(
         testbed.slurm("scancel", busy)
 
 
-async def _delete_while_pending(kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient,
+async def _delete_while_pending(kube: Client, slurm: httpx.AsyncClient,
                                 namespace: str, scheduler: RunningScheduler, node: str) -> None:
     # The only node the Pod may have is busy: its job stays pending.
     await create(kube, pod_manifest("waits", namespace, scheduler.name, annotations={
@@ -182,7 +182,7 @@ async def _delete_while_pending(kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient
 
 
 async def test_a_high_priority_pod_preempts_slurm_batch_jobs_on_a_full_cluster(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
     await quiet(slurm, testbed)
     batch = []
@@ -208,7 +208,7 @@ async def test_a_high_priority_pod_preempts_slurm_batch_jobs_on_a_full_cluster(
 
 
 async def test_a_high_priority_slurm_job_preempts_a_pod_which_is_then_deleted(
-        kube: kr8s.asyncio.Api, slurm: httpx.AsyncClient, namespace: str,
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
     await quiet(slurm, testbed)
     names = [f"low-{i}" for i in range(testbed.node_count)]
@@ -234,7 +234,7 @@ async def test_a_high_priority_slurm_job_preempts_a_pod_which_is_then_deleted(
 
 
 async def test_the_hook_api_refuses_bad_calls_and_survives_a_flood(
-        kube: kr8s.asyncio.Api, namespace: str, scheduler: RunningScheduler,
+        kube: Client, namespace: str, scheduler: RunningScheduler,
         testbed: cluster.Testbed) -> None:
     url = testbed.hook_url + "/hooks/v1/jobs"
     auth = {"Authorization": f"Bearer {testbed.hook_token}"}
