@@ -11,15 +11,9 @@ with CEL expressions (see docs/policies.md). The scheduler uses three things::
 ``decision.mappings`` the Slurm job fields; ``store.status()`` what the dashboard shows.
 """
 
-from sunk.policy.engine import (
-    DEFAULT_SETTINGS,
-    POLICY_ERROR_REASON,
-    Decision,
-    EvaluationError,
-    MappingValue,
-    PolicyEngine,
-    Violation,
-)
+from sunk.policy.compiled import POLICY_ERROR_REASON
+from sunk.policy.decision import Decision, EvaluationError, MappingValue, Violation
+from sunk.policy.engine import DEFAULT_SETTINGS, PolicyEngine
 from sunk.policy.loader import (
     DEFAULT_DIRECTORY,
     PolicyStatus,

@@ -24,7 +24,8 @@ import yaml
 from pydantic import ValidationError
 
 from sunk.policy import metrics
-from sunk.policy.engine import Decision, EvaluationError, PolicyEngine, pod_name
+from sunk.policy.decision import Decision, EvaluationError
+from sunk.policy.engine import PolicyEngine, pod_name
 from sunk.policy.model import Origin, PolicyDocument, PolicyIssue, PolicyLoadError
 
 _log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from sunk.policy import POLICY_ERROR_REASON, PolicyEngine, load_sources
-from sunk.policy.engine import MAX_MESSAGE_LENGTH
+from sunk.policy.compiled import MAX_MESSAGE_LENGTH
 
 from .pods import pod
 

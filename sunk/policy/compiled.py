@@ -1,0 +1,242 @@
+"""One policy document with every expression compiled, and its evaluation for one Pod.
+
+A failed validation becomes a violation for each of the policy's actions; an expression that
+cannot be evaluated is an evaluation error, which ``failurePolicy: Fail`` also turns into a
+violation (reason :data:`POLICY_ERROR_REASON`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from celpy import celtypes
+from celpy.evaluation import Activation, CELEvalError
+
+from sunk.policy import metrics
+from sunk.policy.cel import (
+    CelCompileError,
+    Program,
+    compile_expression,
+    describe_error,
+    new_activation,
+    run_all,
+    to_cel,
+    type_name,
+)
+from sunk.policy.decision import EvaluationError, MappingValue, Outcome, Violation
+from sunk.policy.model import Action, Origin, PolicyDocument, PolicyIssue, PolicyLoadError
+
+POLICY_ERROR_REASON: Final = "PolicyError"
+MAX_MESSAGE_LENGTH: Final = 1024  # an Event's note is at most 1 kB
+
+
+@dataclass(frozen=True, slots=True)
+class _Validation:
+    field: str
+    program: Program
+    reason: str
+    message: str
+    message_program: Program | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Mapping:
+    name: str
+    program: Program
+    type: str
+
+
+class _Pending:
+    """Marks a variable not yet computed for this Pod."""
+
+
+_PENDING: Final[Any] = _Pending()
+
+
+class _LazyVariables(celtypes.MapType):
+    """``variables``: each one computed when first read, then kept for this Pod and policy.
+
+    This is Kubernetes' behaviour, and it saves the work of variables only some paths need.
+    Load-time checks ensure a variable reads only those defined before it, so there is no cycle.
+    """
+
+    def __init__(self, programs: Mapping[str, Program]) -> None:
+        super().__init__()
+        self._programs = programs
+        self.activation = _NO_ACTIVATION
+        for name in programs:
+            dict.__setitem__(self, celtypes.StringType(name), _PENDING)
+
+    def __getitem__(self, key: Any) -> Any:
+        value = dict.__getitem__(self, key)  # MapType's own adds only a key-type check
+        if value is _PENDING:
+            value = self._programs[key].run(self.activation)
+            dict.__setitem__(self, key, value)
+        return value
+
+
+_NO_ACTIVATION: Final = Activation()
+
+
+class CompiledPolicy:
+    """One policy document with every expression compiled; evaluated many times."""
+
+    def __init__(self, document: PolicyDocument, origin: Origin | None = None) -> None:
+        """Compile every expression; raises PolicyLoadError listing each broken one."""
+        spec = document.spec
+        self.name = document.metadata.name
+        self.origin = origin
+        self.document = document
+        self.fail = spec.failure_policy == "Fail"
+        self.actions: tuple[Action, ...] = tuple(spec.validation_actions)
+        self._issues: list[PolicyIssue] = []
+        try:
+            self.params = to_cel(spec.params)
+        except ValueError as error:  # pydantic's JsonValue already excludes this
+            self._issue("spec.params", str(error))
+        self.variables: dict[str, Program] = {}
+        # What variables.x may name: those defined before (broken ones too, reported once).
+        self._scope: list[str] = []
+        for index, variable in enumerate(spec.variables):
+            program = self._compile(f"spec.variables[{index}].expression", variable.expression)
+            if program is not None:
+                self.variables[variable.name] = program
+            self._scope.append(variable.name)
+        self.match_conditions: list[tuple[str, Program]] = []
+        for index, condition in enumerate(spec.match_conditions):
+            where = f"spec.matchConditions[{index}].expression"
+            program = self._compile(where, condition.expression)
+            if program is not None:
+                self.match_conditions.append((where, program))
+        self.validations: list[_Validation] = []
+        for index, validation in enumerate(spec.validations):
+            where = f"spec.validations[{index}]"
+            program = self._compile(f"{where}.expression", validation.expression)
+            message_program = None
+            if validation.message_expression is not None:
+                message_program = self._compile(
+                    f"{where}.messageExpression", validation.message_expression
+                )
+            message = validation.message or f"failed expression: {validation.expression}"
+            if program is not None:
+                self.validations.append(
+                    _Validation(
+                        f"{where}.expression", program, validation.reason, message, message_program
+                    )
+                )
+        self.mappings: list[_Mapping] = []
+        for name, mapping in spec.mappings.items():
+            program = self._compile(f"spec.mappings.{name}.expression", mapping.expression)
+            if program is not None:
+                self.mappings.append(_Mapping(name, program, mapping.type))
+        if self._issues:
+            raise PolicyLoadError(self._issues)
+        self._validation_programs = [validation.program for validation in self.validations]
+        self._mapping_programs = [mapping.program for mapping in self.mappings]
+
+    def _compile(self, where: str, text: str) -> Program | None:
+        try:
+            return compile_expression(text, variables=self._scope)
+        except CelCompileError as error:
+            self._issue(where, str(error))
+            return None
+
+    def _issue(self, where: str, message: str) -> None:
+        self._issues.append(PolicyIssue(message, self.origin, self.name, where))
+
+    def evaluate(self, values: Mapping[str, Any], outcome: Outcome) -> None:
+        """Add this policy's violations, errors and mappings for one Pod to ``outcome``."""
+        variables = _LazyVariables(self.variables)
+        activation = new_activation({**values, "params": self.params, "variables": variables})
+        variables.activation = activation
+        for where, program in self.match_conditions:
+            result = program.run(activation)
+            if not isinstance(result, celtypes.BoolType):
+                self.record_error(outcome, where, _problem(result, "bool"))
+                return
+            if not result:
+                return
+        denied = len(outcome.denials)
+        results = run_all(self._validation_programs, activation)
+        for validation, result in zip(self.validations, results, strict=True):
+            if not isinstance(result, celtypes.BoolType):
+                self.record_error(outcome, validation.field, _problem(result, "bool"))
+            elif not result:
+                message = self._message(validation, activation, outcome)
+                self._violate(outcome, validation.reason, message)
+        if len(outcome.denials) > denied:
+            return  # a denied Pod gets no job: its mappings would only add noise
+        results = run_all(self._mapping_programs, activation)
+        for mapping, result in zip(self.mappings, results, strict=True):
+            if result is None:
+                continue
+            value = _to_python(result, mapping.type)
+            if value is None:
+                where = f"spec.mappings.{mapping.name}.expression"
+                self.record_error(outcome, where, _problem(result, mapping.type))
+            else:
+                outcome.mappings[mapping.name] = value
+                outcome.mapped_by[mapping.name] = self.name
+
+    def _message(self, validation: _Validation, activation: Activation, outcome: Outcome) -> str:
+        if validation.message_program is not None:
+            text = validation.message_program.run(activation)
+            if isinstance(text, str) and text:
+                return _clip(str(text))
+            where = validation.field.replace(".expression", ".messageExpression")
+            # Reported but not enforced: the validation's own outcome already stands.
+            outcome.errors.append(
+                EvaluationError(self.name, where, _problem(text, "string"), enforced=False)
+            )
+            metrics.EVALUATION_ERRORS.labels(policy=self.name).inc()
+        return _clip(validation.message)
+
+    def _violate(self, outcome: Outcome, reason: str, message: str) -> None:
+        violation = Violation(self.name, reason, message)
+        for action in self.actions:
+            metrics.VIOLATIONS.labels(policy=self.name, action=action).inc()
+            if action == "Deny":
+                outcome.denials.append(violation)
+            elif action == "Warn":
+                outcome.warnings.append(violation)
+            else:
+                outcome.audits.append(violation)
+                metrics.AUDITS.labels(policy=self.name).inc()
+
+    def record_error(self, outcome: Outcome, where: str, message: str) -> None:
+        """Report an evaluation error; with failurePolicy Fail it is also a violation."""
+        outcome.errors.append(EvaluationError(self.name, where, message, enforced=self.fail))
+        metrics.EVALUATION_ERRORS.labels(policy=self.name).inc()
+        if self.fail:
+            self._violate(outcome, POLICY_ERROR_REASON, _clip(f"{where}: {message}"))
+
+
+def _to_python(value: Any, kind: str) -> MappingValue | None:
+    """The mapping's value as plain Python, or None if it is not of the declared type."""
+    if kind == "string" and isinstance(value, str):
+        return str(value)
+    if kind == "int" and isinstance(value, celtypes.IntType | celtypes.UintType):
+        return int(value)
+    if kind == "bool" and isinstance(value, celtypes.BoolType):
+        return bool(value)
+    if (
+        kind == "list(string)"
+        and isinstance(value, list)
+        and all(isinstance(v, str) for v in value)
+    ):
+        return [str(item) for item in value]
+    return None
+
+
+def _problem(result: Any, expected: str) -> str:
+    if isinstance(result, CELEvalError):
+        return describe_error(result)
+    return f"expected {expected}, got {type_name(result)}"
+
+
+def _clip(message: str) -> str:
+    if len(message) <= MAX_MESSAGE_LENGTH:
+        return message
+    return message[: MAX_MESSAGE_LENGTH - 3] + "..."
