@@ -15,12 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sunk.policy import PolicyEngine
-from sunk.policy.bench import realistic_pod
 from sunk.policy.cel import compile_expression, new_activation, run_all, to_cel
-from sunk.policy.engine import CompiledPolicy
+from sunk.policy.compiled import CompiledPolicy
 from sunk.policy.functions import FUNCTIONS
 
-from .pods import container, pod, with_status
+from .pods import container, pod, realistic_pod, with_status
 
 _STOCK = celpy.Environment()
 
@@ -149,7 +148,7 @@ CORPUS = [
     "{'a': [1, {'b': 2}]} == {'a': [1, {'b': 2}]}",
 ]
 
-# Where cel-python 0.5 departs from CEL and we follow CEL (see sunk/policy/cel.py).
+# Where cel-python 0.5 departs from CEL and we follow CEL (see sunk/policy/cel/__init__.py).
 FIXED = {
     "{'a': 1} != null": True,
     "[1] != null": True,

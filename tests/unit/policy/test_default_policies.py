@@ -7,9 +7,8 @@ from typing import Any
 import pytest
 
 from sunk.policy import Decision, PolicyEngine, load_directory
-from sunk.policy.bench import realistic_pod
 
-from .pods import POLICIES, PREFIX, container, pod, with_status
+from .pods import POLICIES, PREFIX, container, pod, realistic_pod, with_status
 
 
 def denied(decision: Decision, reason: str) -> str:

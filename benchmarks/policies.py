@@ -1,4 +1,4 @@
-"""How fast the default policy set evaluates a realistic Pod: ``python -m sunk.policy.bench``.
+"""How fast the default policy set evaluates a realistic Pod: ``python -m benchmarks.policies``.
 
 Prints evaluations per second and microseconds per Pod for the whole set, the share of each
 policy and of converting the Pod to CEL values, and with ``--profile`` where the time goes.
@@ -25,146 +25,12 @@ from celpy.adapter import json_to_cel
 from celpy.evaluation import CELEvalError
 
 from sunk.policy.cel import to_cel
-from sunk.policy.engine import (
-    CompiledPolicy,
-    Decision,
-    PolicyEngine,
-    _Outcome,
-    _without_managed_fields,
-)
+from sunk.policy.compiled import CompiledPolicy
+from sunk.policy.decision import Decision, Outcome
+from sunk.policy.engine import PolicyEngine, without_managed_fields
 from sunk.policy.functions import FUNCTIONS
 from sunk.policy.loader import load_directory
-
-
-def realistic_pod() -> dict[str, Any]:
-    """A GPU Pod as the API server returns it while it waits for the scheduler."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "inference-7d9f8c6b5-x2x7k",
-            "generateName": "inference-7d9f8c6b5-",
-            "namespace": "tenant-slurm-staging",
-            "uid": "4b1e4d4e-7c47-4a57-9a3e-1f1ad1a2b3c4",
-            "resourceVersion": "123456789",
-            "creationTimestamp": "2026-05-27T10:00:00Z",
-            "labels": {"app": "inference", "pod-template-hash": "7d9f8c6b5"},
-            "annotations": {
-                "sunk.coreweave.com/account": "inference",
-                "sunk.coreweave.com/comment": "A Kubernetes job",
-                "sunk.coreweave.com/exclusive": "user",
-                "sunk.coreweave.com/user-id": "1001",
-                "sunk.coreweave.com/partition": "h100",
-                "sunk.coreweave.com/timeout": "720",
-                "kubectl.kubernetes.io/restartedAt": "2026-05-27T09:59:00Z",
-            },
-            "ownerReferences": [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": "ReplicaSet",
-                    "name": "inference-7d9f8c6b5",
-                    "uid": "0c7c1c6e-5b9f-4a1e-9d0c-2d3e4f5a6b7c",
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-            "managedFields": [
-                {
-                    "manager": "kube-controller-manager",
-                    "operation": "Update",
-                    "apiVersion": "v1",
-                    "fieldsType": "FieldsV1",
-                    "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:app": {}}}},
-                }
-            ],
-        },
-        "spec": {
-            "schedulerName": "tenant-slurm-staging-slurm-scheduler",
-            "terminationGracePeriodSeconds": 5,
-            "restartPolicy": "Always",
-            "dnsPolicy": "ClusterFirst",
-            "serviceAccountName": "default",
-            "priority": 0,
-            "enableServiceLinks": True,
-            "preemptionPolicy": "PreemptLowerPriority",
-            "securityContext": {},
-            "affinity": {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [
-                            {
-                                "matchExpressions": [
-                                    {
-                                        "key": "gpu.nvidia.com/model",
-                                        "operator": "In",
-                                        "values": ["H100_NVLINK_80GB"],
-                                    }
-                                ]
-                            }
-                        ]
-                    }
-                }
-            },
-            "containers": [
-                {
-                    "name": "server",
-                    "image": "registry.example.com/inference/server:1.4.2",
-                    "args": ["--model", "/models/llm", "--port", "8000"],
-                    "ports": [{"containerPort": 8000, "name": "http", "protocol": "TCP"}],
-                    "env": [
-                        {"name": "CUDA_VISIBLE_DEVICES", "value": "all"},
-                        {"name": "LOG_LEVEL", "value": "info"},
-                    ],
-                    "resources": {
-                        "limits": {"memory": "256Gi", "nvidia.com/gpu": "4"},
-                        "requests": {"cpu": "32", "memory": "128Gi", "nvidia.com/gpu": "4"},
-                    },
-                    "volumeMounts": [
-                        {"name": "models", "mountPath": "/models", "readOnly": True},
-                        {"name": "kube-api-access", "mountPath": "/var/run/secrets/kube"},
-                    ],
-                    "readinessProbe": {
-                        "httpGet": {"path": "/healthz", "port": 8000, "scheme": "HTTP"},
-                        "periodSeconds": 10,
-                    },
-                    "imagePullPolicy": "IfNotPresent",
-                    "terminationMessagePath": "/dev/termination-log",
-                    "terminationMessagePolicy": "File",
-                },
-                {
-                    "name": "metrics",
-                    "image": "registry.example.com/inference/exporter:0.9.0",
-                    "ports": [{"containerPort": 9400, "name": "metrics", "protocol": "TCP"}],
-                    "resources": {
-                        "limits": {"memory": "512Mi"},
-                        "requests": {"cpu": "250m", "memory": "256Mi"},
-                    },
-                    "imagePullPolicy": "IfNotPresent",
-                    "terminationMessagePath": "/dev/termination-log",
-                    "terminationMessagePolicy": "File",
-                },
-            ],
-            "volumes": [
-                {"name": "models", "persistentVolumeClaim": {"claimName": "models"}},
-                {"name": "kube-api-access", "projected": {"sources": [], "defaultMode": 420}},
-            ],
-            "tolerations": [
-                {
-                    "key": "node.kubernetes.io/not-ready",
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": 300,
-                },
-                {
-                    "key": "node.kubernetes.io/unreachable",
-                    "operator": "Exists",
-                    "effect": "NoExecute",
-                    "tolerationSeconds": 300,
-                },
-            ],
-        },
-        "status": {"phase": "Pending", "qosClass": "Burstable"},
-    }
+from tests.unit.policy.pods import realistic_pod
 
 
 def every_annotation_pod() -> dict[str, Any]:
@@ -203,7 +69,7 @@ def _per_call(function: Callable[[], object], seconds: float) -> tuple[float, in
 
 
 def _evaluating(policy: CompiledPolicy, values: Mapping[str, Any]) -> Callable[[], None]:
-    return lambda: policy.evaluate(values, _Outcome())
+    return lambda: policy.evaluate(values, Outcome())
 
 
 def _cpu_model() -> str:
@@ -227,9 +93,9 @@ def run(policies: Path, seconds: float, profile: bool) -> str:
     _check(engine.evaluate(everything))
     worst, _ = _per_call(lambda: engine.evaluate(everything), seconds / 2)
     stock, _ = _per_call(stock_baseline(engine, pod), seconds / 2)
-    conversion, _ = _per_call(lambda: to_cel(_without_managed_fields(pod)), seconds / 4)
+    conversion, _ = _per_call(lambda: to_cel(without_managed_fields(pod)), seconds / 4)
     values = {
-        "object": to_cel(_without_managed_fields(pod)),
+        "object": to_cel(without_managed_fields(pod)),
         "namespaceObject": None,
         "settings": to_cel(dict(engine.settings)),
     }
@@ -238,7 +104,7 @@ def run(policies: Path, seconds: float, profile: bool) -> str:
         cost, _ = _per_call(_evaluating(policy, values), seconds / 4)
         shares.append(f"| {policy.name} | {cost * 1e6:.0f} |")
     lines = [
-        f"- Command: `python -m sunk.policy.bench --seconds {seconds:g}`",
+        f"- Command: `python -m benchmarks.policies --seconds {seconds:g}`",
         f"- Machine: {os.cpu_count()} CPUs (nproc), {_cpu_model()}, "
         f"Python {platform.python_version()}",
         f"- Policy set: {len(engine.policies)} policies from `{policies}`; Pod: two containers, "
@@ -286,7 +152,7 @@ def stock_baseline(engine: PolicyEngine, pod: Mapping[str, Any]) -> Callable[[],
     settings = json_to_cel(dict(engine.settings))
 
     def evaluate() -> None:
-        values = {"object": json_to_cel(_without_managed_fields(pod)), "settings": settings}
+        values = {"object": json_to_cel(without_managed_fields(pod)), "settings": settings}
         for params, variables, checks in policies:
             computed: dict[str, Any] = {}
             activation = {**values, "params": params, "variables": computed}
