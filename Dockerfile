@@ -12,6 +12,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY sunk ./sunk
+COPY web ./web
 RUN pip install . && rm -rf /src
 
 # The default policies, for running without the chart's ConfigMap (--policies-dir).

@@ -9,10 +9,9 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from sunk.web import create_app
-from sunk.web.app import EventSource
-from sunk.web.sample import StaticScheduler
-from sunk.web.views import EventView
+from web import create_app
+
+from .sample import StaticScheduler
 
 SCRIPT = "<script>alert('x')</script>"
 
@@ -42,6 +41,10 @@ def cluster(now: float) -> StaticScheduler:
     s.add_pod("team-b", "done-1", created=now - 9000, phase="Succeeded", job_id=9,
               job_state="COMPLETED", slurm_node="a100-003", k8s_node="kwok-node-003",
               bound_after=3)
+    for rec in s.state.pods.values():
+        s.events[rec.uid] = [{
+            "type": "Warning", "reason": "InvalidAnnotation", "message": f"got {SCRIPT}",
+            "count": 2, "source": {"component": "sunk-sample"}}]
     return s
 
 
@@ -57,11 +60,6 @@ def scheduler(now: float) -> StaticScheduler:
     return cluster(now)
 
 
-async def fake_events(namespace: str, name: str, uid: str) -> list[EventView]:
-    return [EventView(type="Warning", reason="InvalidAnnotation", message=f"got {SCRIPT}",
-                      count=2, last_seen=None, source="sunk-sample")]
-
-
 MakeClient = Callable[..., AsyncTestClient[Litestar]]
 
 
@@ -69,9 +67,9 @@ MakeClient = Callable[..., AsyncTestClient[Litestar]]
 def make_client(scheduler: StaticScheduler) -> MakeClient:
     """A client of the dashboard with ``create_app``'s options; ``async with`` it."""
 
-    def make(*, events: EventSource | None = fake_events, auth_token: str | None = None,
+    def make(*, auth_token: str | None = None,
              basic_auth: tuple[str, str] | None = None) -> AsyncTestClient[Litestar]:
-        return AsyncTestClient(create_app(scheduler, events=events, auth_token=auth_token,
+        return AsyncTestClient(create_app(scheduler, auth_token=auth_token,
                                           basic_auth=basic_auth))
 
     return make

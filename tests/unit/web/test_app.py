@@ -9,12 +9,12 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from sunk.kube import KubeError
-from sunk.web.app import auth_from_env, duration, mebibytes
-from sunk.web.sample import StaticScheduler
-from sunk.web.views import EventView
+from web import app
+from web.app import auth_from_env
+from web.formatting import duration, mebibytes
 
 from .conftest import SCRIPT, MakeClient
+from .sample import StaticScheduler, broken_policies
 
 Client = AsyncTestClient[Litestar]
 ESCAPED = "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"
@@ -103,8 +103,6 @@ async def test_nodes_page_shows_lock_taint_and_drain(client: Client) -> None:
 
 async def test_policies_page_shows_a_failed_reload(client: Client,
                                                    scheduler: StaticScheduler) -> None:
-    from sunk.web.sample import broken_policies
-
     assert "reload failed" not in (await client.get("/policies")).text
     scheduler.policies = broken_policies()
     r = await client.get("/policies")
@@ -129,14 +127,46 @@ async def test_pod_page_of_an_unknown_pod(client: Client) -> None:
     assert r.status_code == 286 and "knows no Pod" in r.text
 
 
-async def test_pod_page_survives_events_it_cannot_read(make_client: MakeClient) -> None:
-    async def failing(namespace: str, name: str, uid: str) -> list[EventView]:
-        raise KubeError("GET events: 403 forbidden", status=403)
+async def test_pod_page_survives_events_it_cannot_read(client: Client,
+                                                       scheduler: StaticScheduler) -> None:
+    scheduler.events_error = "GET events: 403 forbidden"
+    r = await client.get("/pods/team-a/running-1")
+    assert r.status_code == 200
+    assert "Events could not be read: GET events: 403 forbidden" in r.text
+    assert "Slurm job 12 submitted" in r.text
 
-    async with make_client(events=failing) as client:
-        r = await client.get("/pods/team-a/running-1")
-        assert r.status_code == 200 and "Events could not be read" in r.text
-        assert "Slurm job 12 submitted" in r.text
+
+async def test_pod_page_does_not_wait_long_for_events(
+        client: Client, scheduler: StaticScheduler, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(app, "EVENTS_TIMEOUT", 0.05)
+    scheduler.events_delay = 5
+    body = (await client.get("/api/v1/pods/team-a/running-1")).json()
+    assert body["events"] == []
+    assert body["events_error"] == "Events could not be read: no answer within 0.05 s"
+    assert body["history"]
+
+
+async def test_events_are_asked_for_once_per_pod_and_ttl_newest_first(
+        client: Client, scheduler: StaticScheduler, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An open Pod page refreshes every 2 s: the API server is asked at most once per TTL."""
+    uid = scheduler.state.pods["team-a/running-1"].uid
+    scheduler.events[uid] = [
+        {"reason": "Old", "lastTimestamp": "2026-01-01T00:00:00Z"},
+        {"reason": "Undated"},
+        {"reason": "New", "lastTimestamp": "2026-01-02T00:00:00Z"}]
+    calls: list[str] = []
+    answer = scheduler.pod_events
+
+    async def counted(namespace: str, name: str, uid: str) -> list[dict[str, object]] | str:
+        calls.append(f"{namespace}/{name}")
+        return await answer(namespace, name, uid)
+
+    monkeypatch.setattr(scheduler, "pod_events", counted)
+    for _ in range(3):
+        body = (await client.get("/api/v1/pods/team-a/running-1")).json()
+        assert [e["reason"] for e in body["events"]] == ["New", "Old", "Undated"]
+    await client.get("/api/v1/pods/team-a/waiting-1")
+    assert calls == ["team-a/running-1", "team-a/waiting-1"]
 
 
 # -- escaping -----------------------------------------------------------------------------------

@@ -7,10 +7,12 @@ import datetime
 import pytest
 
 from sunk.slurm.job import Job
-from sunk.web import views
-from sunk.web.sample import StaticScheduler, broken_policies, sample
+from web import nodes, pods, policies
+from web.summary import kubernetes_health, summary
+from web.viewmodels import POD_STATES, IssueView, PolicyInfo, RuleView
 
 from .conftest import SCRIPT
+from .sample import StaticScheduler, broken_policies, sample
 
 
 @pytest.mark.parametrize(("text", "names"), [
@@ -21,7 +23,7 @@ from .conftest import SCRIPT
     ("", []),
 ])
 def test_hostlists_expand_as_slurm_writes_them(text: str, names: list[str]) -> None:
-    assert views.expand_hostlist(text) == names
+    assert nodes.expand_hostlist(text) == names
 
 
 @pytest.mark.parametrize(("gres", "count"), [
@@ -29,11 +31,11 @@ def test_hostlists_expand_as_slurm_writes_them(text: str, names: list[str]) -> N
     ("gpu:a100:2(IDX:0,3)", 2), ("N/A", 0), ("", 0), (None, 0), ("shard:a100:4", 0),
 ])
 def test_gpus_are_counted_from_gres(gres: str | None, count: int) -> None:
-    assert views.gpu_count(gres) == count
+    assert nodes.gpu_count(gres) == count
 
 
 def test_pods_are_sorted_and_described(now: float, scheduler: StaticScheduler) -> None:
-    listing = views.pods(scheduler, now)
+    listing = pods.pods(scheduler, now)
     assert [f"{p.namespace}/{p.name}" for p in listing.pods] == [
         "team-a/running-1", "team-a/waiting-1", "team-b/bound-1", "team-b/done-1", "team-b/evil"]
     by_name = {p.name: p for p in listing.pods}
@@ -58,34 +60,34 @@ def test_time_to_bound_survives_a_restart_through_the_pod_condition(now: float,
         {"type": "Ready", "status": "True", "lastTransitionTime": "2000-01-01T00:00:00Z"},
         {"type": "PodScheduled", "status": "True",
          "lastTransitionTime": bound.strftime("%Y-%m-%dT%H:%M:%SZ")}]}
-    row = next(p for p in views.pods(scheduler, now).pods if p.name == "running-1")
+    row = next(p for p in pods.pods(scheduler, now).pods if p.name == "running-1")
     assert row.time_to_bound_seconds is not None
     assert 6.4 < row.time_to_bound_seconds <= 7.4  # the condition is to the second
     pod["status"] = {}
-    row = next(p for p in views.pods(scheduler, now).pods if p.name == "running-1")
+    row = next(p for p in pods.pods(scheduler, now).pods if p.name == "running-1")
     assert row.time_to_bound_seconds is None
 
 
 def test_a_pod_without_events_shows_its_last_transition(
         now: float, scheduler: StaticScheduler) -> None:
-    rows = {p.name: p for p in views.pods(scheduler, now).pods}
+    rows = {p.name: p for p in pods.pods(scheduler, now).pods}
     assert rows["bound-1"].last_event == ""
     assert rows["bound-1"].last_transition == "Scheduled: bound to kwok-node-000"
     assert rows["done-1"].last_transition.startswith("Scheduled")
 
 
 def test_pods_filter_by_namespace_state_and_name(now: float, scheduler: StaticScheduler) -> None:
-    assert [p.name for p in views.pods(scheduler, now, namespace="team-a").pods] == [
+    assert [p.name for p in pods.pods(scheduler, now, namespace="team-a").pods] == [
         "running-1", "waiting-1"]
-    assert [p.name for p in views.pods(scheduler, now, state="waiting").pods] == ["waiting-1"]
-    assert [p.name for p in views.pods(scheduler, now, query="ING").pods] == [
+    assert [p.name for p in pods.pods(scheduler, now, state="waiting").pods] == ["waiting-1"]
+    assert [p.name for p in pods.pods(scheduler, now, query="ING").pods] == [
         "running-1", "waiting-1"]
-    limited = views.pods(scheduler, now, namespace="team-b", limit=2)
+    limited = pods.pods(scheduler, now, namespace="team-b", limit=2)
     assert (limited.total, limited.matching, len(limited.pods)) == (5, 3, 2)
 
 
 def test_nodes_join_slurm_slurmd_pod_and_node(scheduler: StaticScheduler) -> None:
-    rows = {n.slurm_node: n for n in views.nodes(scheduler).nodes}
+    rows = {n.slurm_node: n for n in nodes.nodes(scheduler).nodes}
     busy = rows["h100-000"]
     assert (busy.k8s_node, busy.lock, busy.taint) == ("kwok-node-000", "locked",
                                                       "true:NoSchedule")
@@ -105,31 +107,31 @@ def test_nodes_join_slurm_slurmd_pod_and_node(scheduler: StaticScheduler) -> Non
 
 def test_nodes_filter(scheduler: StaticScheduler) -> None:
     def names(what: str) -> list[str]:
-        return [n.slurm_node for n in views.nodes(scheduler, state=what).nodes]
+        return [n.slurm_node for n in nodes.nodes(scheduler, state=what).nodes]
 
     assert names("drain") == ["a100-001", "h100-002"]
     assert names("locked") == ["h100-000"]
     assert names("mixed") == ["h100-000"]
     assert names("busy") == ["a100-001", "h100-000", "h100-002"]  # a100-003 is plain idle
-    assert views.nodes(scheduler, state="drain").total == 4
+    assert nodes.nodes(scheduler, state="drain").total == 4
 
 
 def test_a_node_without_slurmd_pod_has_no_lock(scheduler: StaticScheduler) -> None:
     scheduler.state.slurm_nodes["cpu-000"] = {"name": "cpu-000", "state": ["IDLE"],
                                               "cpus": {"set": True, "number": 4}}
-    row = next(n for n in views.nodes(scheduler).nodes if n.slurm_node == "cpu-000")
+    row = next(n for n in nodes.nodes(scheduler).nodes if n.slurm_node == "cpu-000")
     assert (row.k8s_node, row.lock, row.cpus, row.gpus) == ("", "", 4, 0)
 
 
 def test_multi_node_jobs_count_on_each_node(scheduler: StaticScheduler) -> None:
     scheduler.jobs[77] = Job(job_id=77, name="x", state="RUNNING", extra="", nodes="a100-[001,003]",
                              reason="")
-    rows = {n.slurm_node: n for n in views.nodes(scheduler).nodes}
+    rows = {n.slurm_node: n for n in nodes.nodes(scheduler).nodes}
     assert 77 in rows["a100-001"].jobs and 77 in rows["a100-003"].jobs
 
 
 def test_summary_counts_and_health(now: float, scheduler: StaticScheduler) -> None:
-    s = views.summary(scheduler, now)
+    s = summary(scheduler, now)
     assert s.pods == {"waiting": 1, "rejected": 1, "bound": 1, "running": 1, "terminating": 0,
                       "finished": 1, "total": 5}
     assert s.nodes == {"total": 4, "drain": 2, "down": 0, "locked": 1}
@@ -137,49 +139,48 @@ def test_summary_counts_and_health(now: float, scheduler: StaticScheduler) -> No
     assert s.kubernetes.ok and s.slurm.ok
     scheduler.node_informer.last_error = "ServerError: 503"
     scheduler.state.slurm_healthy, scheduler.state.slurm_error = False, "slurmrestd unreachable"
-    s = views.summary(scheduler, now)
+    s = summary(scheduler, now)
     assert (s.kubernetes.ok, s.kubernetes.detail) == (False, "ServerError: 503")
     assert (s.slurm.ok, s.slurm.detail) == (False, "slurmrestd unreachable")
 
 
 def test_kubernetes_is_not_healthy_before_caches_sync(scheduler: StaticScheduler) -> None:
     scheduler.slurmd_informer.synced.value = False
-    assert not views.kubernetes_health(scheduler).ok
+    assert not kubernetes_health(scheduler).ok
 
 
 def test_policies_in_force_and_failed_reload(now: float, scheduler: StaticScheduler) -> None:
-    ok = views.policies(scheduler)
+    ok = policies.policies(scheduler)
     assert ok.last_reload_ok and ok.errors == [] and ok.error_at is None
     assert [p.name for p in ok.policies] == ["sunk-annotations", "sunk-pod"]
     first, second = ok.policies
-    assert first == views.PolicyInfo(
+    assert first == PolicyInfo(
         name="sunk-annotations", source="10-sample.yaml document 1", failure_policy="Fail",
         actions=["Deny"], match_conditions=[], variables=[],
-        validations=[views.RuleView("InvalidAnnotation", "annotations must be valid")],
+        validations=[RuleView("InvalidAnnotation", "annotations must be valid")],
         mappings=["comment"])
     assert (second.failure_policy, second.actions, second.match_conditions) == (
         "Ignore", ["Warn"], ["has-containers"])
-    assert second.validations == [views.RuleView("NoContainers",
-                                                 "object.spec.containers.size() > 0",
-                                                 computed=True)]
+    assert second.validations == [RuleView("NoContainers", "object.spec.containers.size() > 0",
+                                           computed=True)]
     scheduler.policies = broken_policies(generation=4)
-    failed = views.policies(scheduler)
+    failed = policies.policies(scheduler)
     assert not failed.last_reload_ok and failed.generation == 4
-    assert failed.errors == [views.IssueView(
+    assert failed.errors == [IssueView(
         message="expression does not compile: found '<'", source="30-gpus.yaml document 1",
         policy="gpus-per-pod", field="spec.validations[0].expression")]
-    assert views.summary(scheduler, now).policy_reload_failed
+    assert summary(scheduler, now).policy_reload_failed
 
 
 def test_pod_detail_reads_the_pod_object_and_job(now: float, scheduler: StaticScheduler) -> None:
-    detail = views.pod_detail(scheduler, "team-b", "evil", now)
+    detail = pods.pod_detail(scheduler, "team-b", "evil", now)
     assert detail is not None
     assert detail.annotations == {"sunk.coreweave.com/exclusive": SCRIPT}
     assert [t.what for t in detail.history] == ["InvalidAnnotation", "seen"]  # newest first
-    running = views.pod_detail(scheduler, "team-a", "running-1", now)
+    running = pods.pod_detail(scheduler, "team-a", "running-1", now)
     assert running is not None and running.slurm_job is not None
     assert running.slurm_job["job_state"] == "RUNNING"
-    assert views.pod_detail(scheduler, "team-a", "nobody", now) is None
+    assert pods.pod_detail(scheduler, "team-a", "nobody", now) is None
 
 
 def test_slurm_job_record_is_flattened() -> None:
@@ -190,24 +191,24 @@ def test_slurm_job_record_is_flattened() -> None:
            "priority": {"set": True, "infinite": True, "number": 0},
            "exit_code": {"status": ["SUCCESS"], "return_code": {"set": True, "number": 0}},
            "script": "not shown"}
-    out = views.slurm_job(Job(job_id=5, name="", state="PENDING", extra="", nodes="",
-                              reason="Resources", raw=raw))
+    out = pods.slurm_job(Job(job_id=5, name="", state="PENDING", extra="", nodes="",
+                             reason="Resources", raw=raw))
     assert out == {"job_id": 5, "job_state": "PENDING", "state_reason": "Resources",
                    "time_limit": 60, "submit_time": "2023-11-14T22:13:20+00:00",
                    "priority": "infinite", "exit_code": "0"}
 
 
 def test_events_from_the_api_server() -> None:
-    event = views.event_view({"type": "Normal", "reason": "Scheduled", "message": "ok",
-                              "lastTimestamp": "2026-01-02T03:04:05Z",
-                              "source": {"component": "sunk"}})
+    event = pods.event_view({"type": "Normal", "reason": "Scheduled", "message": "ok",
+                             "lastTimestamp": "2026-01-02T03:04:05Z",
+                             "source": {"component": "sunk"}})
     assert (event.reason, event.count, event.source) == ("Scheduled", 1, "sunk")
     assert event.last_seen is not None and event.last_seen.year == 2026
-    assert views.event_view({"eventTime": "garbage"}).last_seen is None
+    assert pods.event_view({"eventTime": "garbage"}).last_seen is None
 
 
 def test_sample_builds_the_benchmark_cluster(now: float, ) -> None:
     s = sample(pods=200, nodes=20, seed=3)
-    assert len(views.pods(s, now).pods) == 200
-    assert views.nodes(s).total == 20
-    assert sum(views.summary(s, now).pods[st] for st in views.POD_STATES) == 200
+    assert len(pods.pods(s, now).pods) == 200
+    assert nodes.nodes(s).total == 20
+    assert sum(summary(s, now).pods[st] for st in POD_STATES) == 200

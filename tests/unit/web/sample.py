@@ -2,10 +2,13 @@
 
 :class:`StaticScheduler` has the attributes the views read of ``sunk.scheduler.Scheduler`` and
 no I/O; :func:`sample` fills one with a cluster of any size in a realistic mix of states.
+``python -m tests.unit.web.sample`` serves the dashboard on it.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import functools
 import random
 import time
@@ -18,9 +21,11 @@ from sunk.locking import LOCK_KEY, LOCK_TAINT_SPEC
 from sunk.policy.engine import PolicyEngine
 from sunk.policy.loader import PolicyStatus, load_sources
 from sunk.policy.model import Origin, PolicyIssue, PolicyLoadError
+from sunk.servers import serve
 from sunk.settings import Settings
-from sunk.slurm import Job
+from sunk.slurm.job import Job
 from sunk.state import PodRecord, SchedulerState, Transition
+from web import create_app
 
 
 @dataclass
@@ -87,7 +92,7 @@ class StaticPolicies:
 
 @dataclass
 class StaticScheduler:
-    """Satisfies :class:`sunk.web.views.SchedulerView`."""
+    """Satisfies :class:`web.protocol.SchedulerView`."""
 
     state: SchedulerState = field(default_factory=SchedulerState)
     settings: Settings = field(default_factory=lambda: Settings(scheduler_name="sunk-sample"))
@@ -96,6 +101,18 @@ class StaticScheduler:
     pod_informers: list[StaticInformer] = field(default_factory=lambda: [StaticInformer()])
     node_informer: StaticInformer = field(default_factory=StaticInformer)
     slurmd_informer: StaticInformer = field(default_factory=StaticInformer)
+    #: Pod uid -> its core/v1 Events, as the API server returns them.
+    events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: When set, what :meth:`pod_events` answers instead: the API server did not answer.
+    events_error: str = ""
+    #: How long :meth:`pod_events` takes (seconds), to stand for a slow API server.
+    events_delay: float = 0.0
+
+    async def pod_events(self, namespace: str, name: str, uid: str
+                         ) -> list[dict[str, Any]] | str:
+        if self.events_delay:
+            await asyncio.sleep(self.events_delay)
+        return self.events_error or list(self.events.get(uid, ()))
 
     # -- building ------------------------------------------------------------------------------
     def add_node(self, slurm_name: str, k8s_name: str, *, state: tuple[str, ...] = ("IDLE",),
@@ -232,14 +249,9 @@ def broken_policies(generation: int = 3) -> StaticPolicies:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m sunk.web.sample``: the dashboard on sample data, to work on its look."""
-    import argparse
-    import asyncio
-
-    from sunk.servers import serve
-    from sunk.web.app import create_app
-
-    parser = argparse.ArgumentParser(prog="python -m sunk.web.sample", description=main.__doc__)
+    """``python -m tests.unit.web.sample``: the dashboard on sample data, to work on its look."""
+    parser = argparse.ArgumentParser(prog="python -m tests.unit.web.sample",
+                                     description=main.__doc__)
     parser.add_argument("--bind", default="127.0.0.1:8099")
     parser.add_argument("--pods", type=int, default=60)
     parser.add_argument("--nodes", type=int, default=12)

@@ -1,4 +1,4 @@
-"""``python -m sunk.web.bench``: how long the Pods page takes with a big cluster in memory.
+"""``python -m benchmarks.dashboard``: how long the Pods page takes with a big cluster in memory.
 
 A page is rendered on the scheduler's event loop, so its cost is time the scheduler does not
 schedule: this measures a whole request through the app (routing, view models, template), in
@@ -21,9 +21,9 @@ from collections.abc import Callable
 
 from litestar.testing import AsyncTestClient
 
-from sunk.web import views
-from sunk.web.app import create_app, no_events
-from sunk.web.sample import sample
+from tests.unit.web.sample import sample
+from web import create_app, pods
+from web.viewmodels import DEFAULT_LIMIT
 
 TARGET_MS = 200.0
 
@@ -45,9 +45,9 @@ def _stats(samples: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), p99
 
 
-async def _measure(pods: int, nodes: int, runs: int,
+async def _measure(pod_count: int, nodes: int, runs: int,
                    freeze: bool) -> dict[str, tuple[float, float, int]]:
-    scheduler = sample(pods, nodes)
+    scheduler = sample(pod_count, nodes)
     if freeze:
         gc.collect()
         gc.freeze()
@@ -62,9 +62,9 @@ async def _measure(pods: int, nodes: int, runs: int,
         return out
 
     now = time.time()
-    view_ms = timed(lambda: views.pods(scheduler, now))
+    view_ms = timed(lambda: pods.pods(scheduler, now))
     results["view model only"] = (*_stats(view_ms), 0)
-    async with AsyncTestClient(create_app(scheduler, events=no_events)) as client:
+    async with AsyncTestClient(create_app(scheduler)) as client:
         for label, headers in (
                 ("GET /pods (whole page)", {"Accept-Encoding": "identity"}),
                 ("GET /pods (htmx refresh)", {"HX-Request": "true",
@@ -80,13 +80,13 @@ async def _measure(pods: int, nodes: int, runs: int,
                 samples.append((time.perf_counter() - start) * 1000)
                 size = int(r.headers.get("content-length") or len(r.content))
                 assert r.status_code == 200, r.text[:500]
-                assert r.text.count("<tr data-pod=") == min(pods, views.DEFAULT_LIMIT)
+                assert r.text.count("<tr data-pod=") == min(pod_count, DEFAULT_LIMIT)
             results[label] = (*_stats(samples), size)
     return results
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sunk.web.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.dashboard", description=__doc__)
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--runs", type=int, default=200)

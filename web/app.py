@@ -1,8 +1,9 @@
 """The dashboard: HTML pages refreshed in place by htmx, and the same views as a JSON API.
 
 Read-only (GET only), served on the scheduler's own event loop, and built on the scheduler's
-in-memory state (see :mod:`sunk.web.views`): only a Pod's own page asks the API server for
-anything, its Events, and at most once per :data:`EVENTS_TTL` per Pod.
+in-memory state (see :mod:`web.pods`, :mod:`web.nodes`, :mod:`web.policies`): only a Pod's
+own page asks for anything, its Events (through :meth:`SchedulerView.pod_events`, so this
+package imports no client), and at most once per :data:`EVENTS_TTL` per Pod.
 """
 
 from __future__ import annotations
@@ -43,15 +44,19 @@ from litestar.types import (
     Send,
 )
 
-from sunk import kube
-from sunk.web import views
-from sunk.web.views import (
+from web import nodes, pods, policies
+from web.formatting import clock, duration, mebibytes, pretty_json
+from web.protocol import SchedulerView
+from web.summary import summary
+from web.viewmodels import (
+    DEFAULT_LIMIT,
+    NODE_FILTERS,
+    POD_STATES,
     EventView,
     NodeList,
     PodDetail,
     PodList,
     PolicyView,
-    SchedulerView,
     Summary,
 )
 
@@ -62,10 +67,12 @@ STATIC: Final = HERE / "static"
 REFRESH_SECONDS: Final = 2
 #: A Pod's Events are fetched from the API server at most this often (seconds).
 EVENTS_TTL: Final = 5.0
+#: How long a Pod's page waits for its Events (seconds) before it shows the rest without them.
+EVENTS_TIMEOUT: Final = 5.0
 MAX_EVENTS: Final = 50
 
-#: (namespace, name, uid) -> the Pod's Events, newest first.
-EventSource = Callable[[str, str, str], Awaitable[list[EventView]]]
+#: (namespace, name, uid) -> the Pod's Events, newest first, or why they could not be read.
+EventSource = Callable[[str, str, str], Awaitable[list[EventView] | str]]
 
 #: Served with every response: the pages show user input (Pod names, annotations, messages),
 #: so scripts run only from our own origin, even if escaping ever failed.
@@ -160,19 +167,24 @@ class _Guard(ASGIMiddleware):
 # -- Events of one Pod ---------------------------------------------------------------------------
 
 
-def api_events(api: Any, *, ttl: float = EVENTS_TTL) -> EventSource:
-    """Events of one Pod from the API server (by uid), cached for ``ttl`` seconds so a page
-    refreshing every couple of seconds costs at most one small call per ``ttl``."""
+def cached_events(scheduler: SchedulerView, *, ttl: float = EVENTS_TTL) -> EventSource:
+    """Events of one Pod through the scheduler (by uid), cached for ``ttl`` seconds so a page
+    refreshing every couple of seconds costs at most one small call per ``ttl``. A failure is
+    not cached: the next refresh tries again."""
     cache: dict[str, tuple[float, list[EventView]]] = {}
 
-    async def fetch(namespace: str, name: str, uid: str) -> list[EventView]:
+    async def fetch(namespace: str, name: str, uid: str) -> list[EventView] | str:
         now = time.monotonic()
         if (hit := cache.get(uid)) is not None and hit[0] > now:
             return hit[1]
-        async with asyncio.timeout(5):
-            body = await kube.request(api, "GET", "events", namespace=namespace,
-                                      params={"fieldSelector": f"involvedObject.uid={uid}"})
-        events = [views.event_view(e) for e in body.get("items") or []]
+        try:
+            async with asyncio.timeout(EVENTS_TIMEOUT):
+                answer = await scheduler.pod_events(namespace, name, uid)
+        except TimeoutError:
+            return f"Events could not be read: no answer within {EVENTS_TIMEOUT:g} s"
+        if isinstance(answer, str):
+            return f"Events could not be read: {answer}"
+        events = [pods.event_view(e) for e in answer]
         epoch = datetime.datetime.min.replace(tzinfo=datetime.UTC)
         events.sort(key=lambda e: e.last_seen or epoch, reverse=True)
         events = events[:MAX_EVENTS]
@@ -185,51 +197,15 @@ def api_events(api: Any, *, ttl: float = EVENTS_TTL) -> EventSource:
     return fetch
 
 
-async def no_events(namespace: str, name: str, uid: str) -> list[EventView]:
-    return []
-
-
-# -- formatting for the templates ----------------------------------------------------------------
-
-
-def duration(seconds: float | None) -> str:
-    """Compact, as kubectl shows ages: 42s, 3m05s, 2h07m, 4d03h."""
-    if seconds is None:
-        return ""
-    s = int(seconds)
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
-
-
-def mebibytes(mib: int) -> str:
-    if mib == 0:
-        return "0"
-    if mib >= 1024:
-        gib = mib / 1024
-        return f"{gib:.0f}G" if gib >= 100 or gib == int(gib) else f"{gib:.1f}G"
-    return f"{mib}M"
-
-
-def clock(at: datetime.datetime | None) -> str:
-    return "" if at is None else at.strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 def _environment() -> Environment:
     """Autoescaping on for every template, whatever its name: all of it is HTML."""
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                       auto_reload=False)
     env.filters.update(duration=duration, mebibytes=mebibytes, clock=clock,
-                       pretty=views.pretty_json)
-    env.globals.update(refresh_seconds=REFRESH_SECONDS, pod_states=views.POD_STATES,
-                       node_filters=views.NODE_FILTERS)
+                       pretty=pretty_json)
+    env.globals.update(refresh_seconds=REFRESH_SECONDS, pod_states=POD_STATES,
+                       node_filters=NODE_FILTERS)
     return env
 
 
@@ -239,10 +215,10 @@ _NO_STORE: Final = {"Cache-Control": "no-store", "Vary": "HX-Request"}
 
 Namespace = Annotated[str, QueryParameter(name="namespace", description="only this namespace")]
 PodStateFilter = Annotated[str, QueryParameter(
-    name="state", description="only Pods in this state: " + ", ".join(views.POD_STATES))]
+    name="state", description="only Pods in this state: " + ", ".join(POD_STATES))]
 NodeStateFilter = Annotated[str, QueryParameter(
     name="state", description="only nodes with this Slurm state flag or lock: "
-    + ", ".join(views.NODE_FILTERS))]
+    + ", ".join(NODE_FILTERS))]
 Search = Annotated[str, QueryParameter(name="q", description="a substring of the Pod name")]
 Limit = Annotated[int, QueryParameter(name="limit", ge=1, le=100_000,
                                       description="at most this many Pods")]
@@ -254,14 +230,10 @@ def _query(**params: str | int) -> str:
 
 
 def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
-               basic_auth: tuple[str, str] | None = None,
-               events: EventSource | None = None) -> Litestar:
-    """The dashboard of ``scheduler``. ``events`` fetches a Pod's Events (by default from the
-    API server through the scheduler's client; tests pass their own)."""
-    if events is None:
-        api = getattr(scheduler, "api", None)  # sunk.scheduler.Scheduler's kr8s client
-        events = api_events(api) if api is not None else no_events
-    fetch_events = events
+               basic_auth: tuple[str, str] | None = None) -> Litestar:
+    """The dashboard of ``scheduler``; ``auth_token`` and ``basic_auth`` as
+    :func:`auth_from_env` reads them (neither: no authentication)."""
+    fetch_events = cached_events(scheduler)
 
     def now() -> float:
         return time.time()
@@ -271,7 +243,7 @@ def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
         """The whole page, or for htmx's refresh only its ``_name.html`` part (plus the header,
         swapped out of band); a history restore gets the whole page."""
         partial = bool(request.htmx) and not request.htmx.history_restore_request
-        context = {**context, "summary": views.summary(scheduler, now()), "page": name,
+        context = {**context, "summary": summary(scheduler, now()), "page": name,
                    "oob": partial}
         template = f"_{name}_partial.html" if partial else f"{name}.html"
         return Template(template_name=template, context=context, status_code=status_code,
@@ -281,16 +253,11 @@ def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
         rec = scheduler.state.pods.get(f"{namespace}/{name}")
         if rec is None:
             return None
-        uid = rec.uid
-        found: list[EventView] = []
-        error = ""
-        try:
-            found = await fetch_events(namespace, name, uid)
-        except (kube.KubeError, TimeoutError) as exc:
-            error = f"Events could not be read: {exc}"
+        answer = await fetch_events(namespace, name, rec.uid)
+        found, error = ([], answer) if isinstance(answer, str) else (answer, "")
         # The state is read after the await: it is current, and read in one go.
-        return views.pod_detail(scheduler, namespace, name, now(), events=found,
-                                events_error=error)
+        return pods.pod_detail(scheduler, namespace, name, now(), events=found,
+                               events_error=error)
 
     # -- HTML --------------------------------------------------------------------------------
 
@@ -301,10 +268,10 @@ def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
     @get("/pods", include_in_schema=False, sync_to_thread=False)
     def pods_page(request: HTMXRequest, namespace: Namespace = "",
                   state_filter: PodStateFilter = "", search: Search = "",
-                  limit: Limit = views.DEFAULT_LIMIT) -> Template:
-        listing = views.pods(scheduler, now(), namespace=namespace, state=state_filter,
+                  limit: Limit = DEFAULT_LIMIT) -> Template:
+        listing = pods.pods(scheduler, now(), namespace=namespace, state=state_filter,
                              query=search, limit=limit)
-        kept_limit = limit if limit != views.DEFAULT_LIMIT else ""
+        kept_limit = limit if limit != DEFAULT_LIMIT else ""
         return page("pods", request, {
             "listing": listing, "namespace": namespace, "state": state_filter, "q": search,
             "self_url": "/pods" + _query(namespace=namespace, state=state_filter, q=search,
@@ -325,12 +292,12 @@ def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
     @get("/nodes", include_in_schema=False, sync_to_thread=False)
     def nodes_page(request: HTMXRequest, state_filter: NodeStateFilter = "") -> Template:
         return page("nodes", request, {
-            "listing": views.nodes(scheduler, state=state_filter), "state": state_filter,
+            "listing": nodes.nodes(scheduler, state=state_filter), "state": state_filter,
             "self_url": "/nodes" + _query(state=state_filter)})
 
     @get("/policies", include_in_schema=False, sync_to_thread=False)
     def policies_page(request: HTMXRequest) -> Template:
-        return page("policies", request, {"policy": views.policies(scheduler),
+        return page("policies", request, {"policy": policies.policies(scheduler),
                                           "self_url": "/policies"})
 
     # -- JSON --------------------------------------------------------------------------------
@@ -338,13 +305,13 @@ def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
     @get("/api/v1/summary", sync_to_thread=False, tags=["dashboard"])
     def api_summary() -> Summary:
         """Connection health and counts: the dashboard's header."""
-        return views.summary(scheduler, now())
+        return summary(scheduler, now())
 
     @get("/api/v1/pods", sync_to_thread=False, tags=["dashboard"])
     def api_pods(namespace: Namespace = "", state_filter: PodStateFilter = "",
-                 search: Search = "", limit: Limit = views.DEFAULT_LIMIT) -> PodList:
+                 search: Search = "", limit: Limit = DEFAULT_LIMIT) -> PodList:
         """Pods of this scheduler, sorted by namespace and name."""
-        return views.pods(scheduler, now(), namespace=namespace, state=state_filter,
+        return pods.pods(scheduler, now(), namespace=namespace, state=state_filter,
                           query=search, limit=limit)
 
     @get("/api/v1/pods/{namespace:str}/{name:str}", tags=["dashboard"])
@@ -358,12 +325,12 @@ def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
     @get("/api/v1/nodes", sync_to_thread=False, tags=["dashboard"])
     def api_nodes(state_filter: NodeStateFilter = "") -> NodeList:
         """Slurm nodes with their Kubernetes Node, lock, drain, jobs, Pods and free resources."""
-        return views.nodes(scheduler, state=state_filter)
+        return nodes.nodes(scheduler, state=state_filter)
 
     @get("/api/v1/policies", sync_to_thread=False, tags=["dashboard"])
     def api_policies() -> PolicyView:
         """The policy set in force and the last reload's problems."""
-        return views.policies(scheduler)
+        return policies.policies(scheduler)
 
     return Litestar(
         route_handlers=[index, pods_page, pod_page, nodes_page, policies_page, api_summary,

@@ -1,0 +1,136 @@
+"""Slurm nodes joined to their slurmd Pod and Kubernetes Node -> the Nodes page and its JSON.
+
+Pure functions over the scheduler's Slurm polls and informer caches.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from sunk.locking import LOCK_KEY
+from web.pods import FINISHED_PHASES
+from web.protocol import SchedulerView
+from web.viewmodels import NodeList, NodeRow
+
+#: Slurm job states in which the job holds its node.
+_ACTIVE_JOB_STATES: Final = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"})
+_GPU: Final = re.compile(r"(?:^|,)gpu(?::[^:(,]+)?:(\d+)")
+_RANGE: Final = re.compile(r"\[([^\]]+)\]")
+
+
+def _number(value: Any) -> int:
+    """slurmrestd's numbers: plain, or ``{"set": true, "infinite": false, "number": N}``."""
+    if isinstance(value, Mapping):
+        return int(value.get("number") or 0) if value.get("set", True) else 0
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def gpu_count(gres: str | None) -> int:
+    """GPUs in a Slurm GRES string: ``gpu:a100:8(S:0-1),gpu:h100:2`` -> 10; ``gres_used`` too
+    (``gpu:a100:2(IDX:0,3)``)."""
+    if not gres or gres == "N/A":
+        return 0
+    return sum(int(n) for n in _GPU.findall(gres))
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Slurm node names from a hostlist: ``a100-[001-003,007],h100-000`` -> five names."""
+    names: list[str] = []
+    for part in re.split(r",(?![^\[]*\])", text.strip()):
+        if not part:
+            continue
+        m = _RANGE.search(part)
+        if m is None:
+            names.append(part)
+            continue
+        head, tail = part[: m.start()], part[m.end():]
+        for item in m.group(1).split(","):
+            lo, _, hi = item.partition("-")
+            if not hi:
+                names.extend(expand_hostlist(head + lo + tail))
+                continue
+            width = len(lo)
+            for n in range(int(lo), int(hi) + 1):
+                names.extend(expand_hostlist(f"{head}{n:0{width}d}{tail}"))
+    return names
+
+
+def locks(scheduler: SchedulerView) -> dict[str, tuple[str, str]]:
+    """Slurm node name -> (Kubernetes Node, lock annotation of its slurmd Pod)."""
+    out: dict[str, tuple[str, str]] = {}
+    for pod in scheduler.slurmd_informer.cache.values():
+        spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
+        hostname = spec.get("hostname")
+        if not hostname or meta.get("deletionTimestamp"):
+            continue
+        lock = (meta.get("annotations") or {}).get(LOCK_KEY, "false")
+        out[str(hostname)] = (str(spec.get("nodeName") or ""), str(lock))
+    return out
+
+
+def _taint(node: Mapping[str, Any] | None, key: str) -> str:
+    for taint in ((node or {}).get("spec") or {}).get("taints") or ():
+        if taint.get("key") == key:
+            value = taint.get("value") or ""
+            return f"{value}:{taint.get('effect', '')}" if value else str(taint.get("effect", ""))
+    return ""
+
+
+def node_matches(row: NodeRow, what: str) -> bool:
+    if not what:
+        return True
+    if what == "locked":
+        return row.lock in ("locked", "locked_strict", "pending")
+    if what == "unlocked":
+        return row.lock in ("", "false")
+    if what == "busy":
+        return (row.state_flags != ["IDLE"] or row.lock not in ("", "false") or bool(row.pods)
+                or bool(row.jobs) or row.cordoned)
+    return what.upper() in row.state_flags
+
+
+def nodes(scheduler: SchedulerView, *, state: str = "") -> NodeList:
+    """Every Slurm node slurmrestd reports, joined to its slurmd Pod and Kubernetes Node, with
+    the jobs and Pods of ours on it; also slurmd Pods whose Slurm node was not reported yet."""
+    by_node = locks(scheduler)
+    k8s_nodes = scheduler.node_informer.cache
+    jobs_on: dict[str, list[int]] = {}
+    for job in scheduler.jobs.values():
+        if job.state in _ACTIVE_JOB_STATES and job.nodes:
+            for name in expand_hostlist(job.nodes):
+                jobs_on.setdefault(name, []).append(job.job_id)
+    pods_on: dict[str, list[str]] = {}
+    for rec in scheduler.state.pods.values():
+        if rec.slurm_node and rec.phase not in FINISHED_PHASES:
+            pods_on.setdefault(rec.slurm_node, []).append(rec.key)
+    names = sorted(set(scheduler.state.slurm_nodes) | set(by_node))
+    rows: list[NodeRow] = []
+    for name in names:
+        raw = scheduler.state.slurm_nodes.get(name) or {}
+        k8s_name, lock = by_node.get(name, ("", ""))
+        k8s = k8s_nodes.get(k8s_name) if k8s_name else None
+        flags = [str(f) for f in raw.get("state") or []]
+        reason = str(raw.get("reason") or "")
+        drain_reason = reason if "DRAIN" in flags else ""
+        cpus, memory = _number(raw.get("cpus")), _number(raw.get("real_memory"))
+        gpus = gpu_count(raw.get("gres"))
+        row = NodeRow(
+            slurm_node=name, k8s_node=k8s_name,
+            slurm_state="+".join(flags) if flags else "UNKNOWN", state_flags=flags,
+            lock=lock, taint=_taint(k8s, LOCK_KEY),
+            cordoned=bool(((k8s or {}).get("spec") or {}).get("unschedulable")),
+            reason=reason, drain_reason=drain_reason,
+            drain_from_kubernetes=drain_reason.startswith("k8s:"),
+            partitions=[str(p) for p in raw.get("partitions") or []],
+            jobs=sorted(jobs_on.get(name, [])), pods=sorted(pods_on.get(name, [])),
+            cpus=cpus, cpus_free=max(0, cpus - _number(raw.get("alloc_cpus"))),
+            memory_mib=memory, memory_free_mib=max(0, memory - _number(raw.get("alloc_memory"))),
+            gpus=gpus, gpus_free=max(0, gpus - gpu_count(raw.get("gres_used"))))
+        if node_matches(row, state):
+            rows.append(row)
+    return NodeList(total=len(names), nodes=rows)

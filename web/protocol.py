@@ -1,0 +1,75 @@
+"""What the dashboard reads of the scheduler: the parts of ``sunk.scheduler.Scheduler`` it
+needs, as protocols, so that the dashboard depends on no client and tests can build a
+scheduler from plain data (``tests/unit/web/sample.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from sunk.policy.engine import PolicyEngine
+from sunk.policy.loader import PolicyStatus
+from sunk.settings import Settings
+from sunk.slurm.job import Job
+from sunk.state import SchedulerState
+
+
+class Flag(Protocol):
+    """``asyncio.Event`` as far as the views care."""
+
+    def is_set(self) -> bool: ...
+
+
+class InformerView(Protocol):
+    """A list-then-watch cache (``sunk.kube.Informer``), read-only."""
+
+    @property
+    def cache(self) -> Mapping[str, Mapping[str, Any]]: ...
+
+    @property
+    def synced(self) -> Flag: ...
+
+    @property
+    def last_error(self) -> str: ...
+
+
+class PolicySource(Protocol):
+    """``sunk.policy.PolicyStore``: its status, and the engine in force (for the documents)."""
+
+    def status(self) -> PolicyStatus: ...
+
+    @property
+    def engine(self) -> PolicyEngine: ...
+
+
+class SchedulerView(Protocol):
+    """What the dashboard reads of the scheduler; ``sunk.scheduler.Scheduler`` satisfies it."""
+
+    @property
+    def state(self) -> SchedulerState: ...
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def policies(self) -> PolicySource: ...
+
+    @property
+    def jobs(self) -> Mapping[int, Job]: ...
+
+    @property
+    def pod_informers(self) -> Sequence[InformerView]: ...
+
+    @property
+    def node_informer(self) -> InformerView: ...
+
+    @property
+    def slurmd_informer(self) -> InformerView: ...
+
+    async def pod_events(self, namespace: str, name: str, uid: str
+                         ) -> list[dict[str, Any]] | str:
+        """The Pod's core/v1 Events as the API server returns them (``involvedObject.uid`` is
+        ``uid``), in any order; or, if the API server did not answer, why not (shown on the
+        Pod's page). The only call to the API server the dashboard makes: it caches the
+        answer and bounds the wait, so an implementation need do neither."""
+        ...

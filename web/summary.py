@@ -1,0 +1,52 @@
+"""Connection health and counts -> the header of every page, and ``/api/v1/summary``."""
+
+from __future__ import annotations
+
+from web.nodes import locks
+from web.pods import pod_state
+from web.protocol import SchedulerView
+from web.viewmodels import POD_STATES, Health, Summary, utc
+
+
+def kubernetes_health(scheduler: SchedulerView) -> Health:
+    """Healthy when every informer has listed once and none reports an error since."""
+    state = scheduler.state
+    if state.kube_error:
+        return Health("Kubernetes API", False, state.kube_error)
+    informers = [*scheduler.pod_informers, scheduler.node_informer, scheduler.slurmd_informer]
+    for informer in informers:
+        if informer.last_error:
+            return Health("Kubernetes API", False, informer.last_error)
+    if not all(informer.synced.is_set() for informer in informers):
+        return Health("Kubernetes API", False, "caches not synced yet")
+    return Health("Kubernetes API", True, "watching")
+
+
+def slurm_health(scheduler: SchedulerView) -> Health:
+    state = scheduler.state
+    if state.slurm_healthy:
+        return Health("slurmrestd", True, "polling")
+    return Health("slurmrestd", False, state.slurm_error or "not reached yet")
+
+
+def summary(scheduler: SchedulerView, now: float) -> Summary:
+    pods: dict[str, int] = dict.fromkeys(POD_STATES, 0)
+    for rec in scheduler.state.pods.values():
+        pods[pod_state(rec)] += 1
+    pods["total"] = len(scheduler.state.pods)
+    nodes = {"total": 0, "drain": 0, "down": 0, "locked": 0}
+    by_node = locks(scheduler)
+    for name, raw in scheduler.state.slurm_nodes.items():
+        flags = raw.get("state") or []
+        nodes["total"] += 1
+        nodes["drain"] += "DRAIN" in flags
+        nodes["down"] += "DOWN" in flags
+        nodes["locked"] += by_node.get(name, ("", ""))[1] in ("locked", "locked_strict")
+    status = scheduler.policies.status()
+    return Summary(
+        scheduler_name=scheduler.settings.scheduler_name, now=utc(now),
+        started_at=utc(scheduler.state.started),
+        kubernetes=kubernetes_health(scheduler), slurm=slurm_health(scheduler),
+        pods=pods, nodes=nodes,
+        active_jobs=sum(not job.finished for job in scheduler.jobs.values()),
+        policy_generation=status.generation, policy_reload_failed=status.error is not None)

@@ -1,0 +1,188 @@
+"""The view models: what the pages render and the JSON API serialises, so the two never
+disagree. Plain frozen dataclasses; the functions that build them are in :mod:`web.pods`,
+:mod:`web.nodes`, :mod:`web.policies` and :mod:`web.summary`."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+PodState = Literal["waiting", "rejected", "bound", "running", "terminating", "finished"]
+POD_STATES: Final[tuple[PodState, ...]] = (
+    "waiting", "rejected", "bound", "running", "terminating", "finished")
+#: Rows per Pods page unless asked otherwise: enough for a big cluster's waiting Pods, few
+#: enough for a browser to swap every 2 s.
+DEFAULT_LIMIT: Final = 1000
+#: ``busy``: anything but a plain idle node (on a big cluster, the rows worth reading).
+NODE_FILTERS: Final = ("busy", "idle", "mixed", "allocated", "drain", "down", "locked",
+                       "unlocked")
+
+
+def utc(ts: float) -> datetime.datetime:
+    """A Unix time as the view models hold it: aware, in UTC."""
+    return datetime.datetime.fromtimestamp(ts, datetime.UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """One outside connection: the Kubernetes API server or slurmrestd."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    """The header of every page: connection health and counts."""
+
+    scheduler_name: str
+    now: datetime.datetime
+    started_at: datetime.datetime
+    kubernetes: Health
+    slurm: Health
+    pods: dict[str, int]
+    nodes: dict[str, int]
+    active_jobs: int
+    policy_generation: int
+    policy_reload_failed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PodRow:
+    namespace: str
+    name: str
+    state: PodState
+    phase: str
+    job_id: int | None
+    job_state: str
+    pending_reason: str
+    slurm_node: str
+    k8s_node: str
+    created_at: datetime.datetime
+    age_seconds: float
+    time_to_bound_seconds: float | None
+    last_event: str
+    #: The newest transition the scheduler noted (for a Pod with no Event of ours yet).
+    last_transition: str
+    rejected: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodList:
+    """One page of Pods: ``matching`` of ``total`` matched the filters, ``pods`` are shown."""
+
+    total: int
+    matching: int
+    namespaces: list[str]
+    pods: list[PodRow]
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionView:
+    at: datetime.datetime
+    what: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class EventView:
+    """A core/v1 Event of the Pod, as ``kubectl describe`` lists it."""
+
+    type: str
+    reason: str
+    message: str
+    count: int
+    last_seen: datetime.datetime | None
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class PodDetail:
+    pod: PodRow
+    uid: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    job_description: dict[str, Any] | None
+    slurm_job: dict[str, Any] | None
+    history: list[TransitionView]
+    events: list[EventView] = field(default_factory=list)
+    events_error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    slurm_node: str
+    k8s_node: str
+    slurm_state: str
+    state_flags: list[str]
+    #: The slurmd Pod's lock annotation (false, pending, locked, locked_strict); "" if none.
+    lock: str
+    #: The Node's lock taint as ``value:Effect``; "" if not tainted.
+    taint: str
+    cordoned: bool
+    reason: str
+    drain_reason: str
+    drain_from_kubernetes: bool
+    partitions: list[str]
+    jobs: list[int]
+    pods: list[str]
+    cpus: int
+    cpus_free: int
+    memory_mib: int
+    memory_free_mib: int
+    gpus: int
+    gpus_free: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeList:
+    total: int
+    nodes: list[NodeRow]
+
+
+@dataclass(frozen=True, slots=True)
+class IssueView:
+    message: str
+    source: str
+    policy: str
+    field: str
+
+
+@dataclass(frozen=True, slots=True)
+class RuleView:
+    """A validation: its reason and message; ``computed``: the message is a CEL expression
+    (``messageExpression``, or the check itself when no message is given)."""
+
+    reason: str
+    message: str
+    computed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyInfo:
+    """One policy of the set in force, summarised: what it checks and which job fields it
+    sets (the YAML itself is in the file or ConfigMap named by ``source``)."""
+
+    name: str
+    source: str
+    failure_policy: str
+    actions: list[str]
+    match_conditions: list[str]
+    variables: list[str]
+    validations: list[RuleView]
+    mappings: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyView:
+    """The policy set in force (``policies``, in the order they apply) and, if the last reload
+    failed, its problems: the set in force stays until a reload succeeds."""
+
+    generation: int
+    policies: list[PolicyInfo]
+    loaded_at: datetime.datetime
+    last_reload_ok: bool
+    errors: list[IssueView]
+    error_at: datetime.datetime | None
