@@ -22,11 +22,14 @@ test: $(STAMP)
 	$(BIN)/python -m testbed build
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 
+## ruff, mypy and the import contracts (pyproject.toml [tool.importlinter]: the layers).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 up: $(STAMP)
 	$(BIN)/python -m testbed up

@@ -16,11 +16,10 @@ from pydantic import ValidationError
 from sunk import kube, leader, policywatch
 from sunk.hooks import create_hooks_app
 from sunk.policy import PolicyLoadError, PolicyStore
-from sunk.scheduler import Scheduler
 from sunk.servers import metrics_app, probes_app, serve
 from sunk.settings import Settings, from_args
 from sunk.slurm.client import SlurmClient
-from sunk.syncer import Syncer
+from sunk.wiring import Parts, assemble
 from web import create_app
 
 log = logging.getLogger("sunk")
@@ -61,7 +60,7 @@ async def run(settings: Settings) -> None:
     slurm = SlurmClient(settings.slurm_api_base, token=settings.slurm_token,
                         user=settings.slurm_user, version=settings.slurm_api_version)
     election = _election(settings, api)
-    scheduler: Scheduler | None = None
+    parts: Parts | None = None
     try:
         if settings.policies_configmap is not None:
             namespace, name = policywatch.configmap_ref(settings.policies_configmap,
@@ -70,21 +69,19 @@ async def run(settings: Settings) -> None:
             watch_policies = policywatch.ConfigMapPolicies(api, namespace, name, policies).run
         else:
             watch_policies = functools.partial(policies.watch_directory, settings.policies_dir)
-        scheduler = Scheduler(settings, api, slurm, policies)
-        syncer = Syncer(scheduler) if "syncer" in settings.components else None
+        parts = built = assemble(settings, api, slurm, policies)
 
         def ready() -> tuple[bool, str]:
             """Ready: leading (or a healthy standby), caches synced, and both the API server
             and Slurm answering; else what is missing, one line each."""
-            assert scheduler is not None
             if election is not None and not election[0].leading:
                 return election[0].standby_status()
-            if not scheduler.ready.is_set():
+            if not built.ready.is_set():
                 return False, "starting: caches not synced yet"
             missing = []
-            if problem := scheduler.kube_problem():
+            if problem := built.cluster.health.kube_problem():
                 missing.append(f"API server: {problem}")
-            if problem := scheduler.slurm_problem():
+            if problem := built.cluster.health.slurm_problem():
                 missing.append(f"Slurm: {problem}")
             return (False, "\n".join(missing)) if missing else (True, "ok")
 
@@ -98,20 +95,20 @@ async def run(settings: Settings) -> None:
                 await election[0].acquire()
                 await election[1].set(True)
                 tasks.create_task(_hold(election[0]))
-            tasks.create_task(scheduler.run())
-            if syncer is not None:
-                tasks.create_task(syncer.run())
+            tasks.create_task(built.scheduler.run())
+            if built.syncer is not None:
+                tasks.create_task(built.syncer.run())
             tasks.create_task(serve(
-                create_hooks_app(scheduler, keys=scheduler.keys, locks=syncer),
+                create_hooks_app(built.hooks, keys=built.executor.keys, locks=built.syncer),
                 settings.hooks_api_bind_address))
             tasks.create_task(watch_policies())
-            tasks.create_task(serve(create_app(scheduler, **settings.dashboard_auth()),
+            tasks.create_task(serve(create_app(built.dashboard, **settings.dashboard_auth()),
                                     settings.dashboard_bind_address))
     except* leader.LeadershipLost as lost:
         raise leader.LeadershipLost(str(lost.exceptions[0])) from None
     finally:
-        if scheduler is not None:
-            scheduler.queue.close()
+        if parts is not None:
+            parts.scheduler.queue.close()
         if election is not None and election[0].leading:
             # Graceful stop: everything above has stopped, so a successor cannot overlap us.
             await election[1].set(False)

@@ -1,0 +1,146 @@
+"""What a reconcile wants done, as plain data (pure).
+
+The plans (:mod:`sunk.podplan`, :mod:`sunk.nodeplan`) return lists of these; the executor
+(:mod:`sunk.executor`) carries them out through the Kubernetes and Slurm ports. Nothing here
+knows how: a plan can be read and tested as a list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sunk.locking import LockState
+
+# -- a Pod and its job -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodEvent:
+    """An Event on the Pod (and a line of its dashboard history)."""
+
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclass(frozen=True)
+class ReportIgnored:
+    """Annotations on the Pod that only the scheduler writes were ignored: one Warning Event."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Annotate:
+    annotations: Mapping[str, str | None]
+    #: For the dashboard's history ("" for none).
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Submit:
+    """Submit the placeholder job (its credential is added by the executor, never shown), then
+    write its id onto the Pod. A refusal that asking again cannot change rejects the Pod."""
+
+    description: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Reject:
+    """The Pod can never be scheduled as it is: an Event, the mark, no retry."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Bind:
+    k8s_node: str
+    slurm_node: str
+    job_id: int
+
+
+@dataclass(frozen=True)
+class CancelJob:
+    job_id: int
+    why: str
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    why: str
+
+
+@dataclass(frozen=True)
+class Replace:
+    """The Pod's job was lost or failed to launch: it gets a new one (counted per lost job)."""
+
+    lost_job: int
+
+
+@dataclass(frozen=True)
+class RetryLater:
+    """Nothing can be done yet: back off and look again (raised by the executor)."""
+
+    why: str
+
+
+PodAction = (PodEvent | ReportIgnored | Annotate | Submit | Reject | Bind | CancelJob | DeletePod
+             | Replace | RetryLater)
+
+# -- a node's lock and drain -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SetLockTaint:
+    present: bool
+
+
+@dataclass(frozen=True)
+class Evict:
+    pod_key: str
+
+
+@dataclass(frozen=True)
+class SetLockState:
+    """The lock's state, kept on the slurmd Pod (a restarted syncer reads it back)."""
+
+    before: LockState
+    after: LockState
+    waiting_for: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DrainSlurmNode:
+    reason: str
+
+
+@dataclass(frozen=True)
+class ResumeSlurmNode:
+    why: str
+
+
+@dataclass(frozen=True)
+class ShowSlurmState:
+    """Show Slurm's drain or down state (and reason) on the slurmd Pod and the Node."""
+
+    annotations: Mapping[str, str | None]
+    #: "drain", "down" or "" (no longer), and Slurm's reason.
+    shown: str
+    reason: str = ""
+    on_pod: bool = True
+    on_node: bool = True
+
+
+NodeAction = SetLockTaint | Evict | SetLockState | DrainSlurmNode | ResumeSlurmNode | ShowSlurmState
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A reconcile's answer: the actions in order, and whether the Pod must first pass the
+    policies and be translated (:func:`sunk.podplan.plan_submission`)."""
+
+    actions: tuple[PodAction, ...] = ()
+    submit: bool = False

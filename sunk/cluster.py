@@ -1,0 +1,160 @@
+"""The cluster model: what sunk knows of Kubernetes and Slurm, built once and shared.
+
+One instance holds the informers (the Pods that name this scheduler, Nodes, slurmd Pods,
+Namespaces), the index from a Slurm node to its slurmd Pod and Kubernetes Node, Slurm's node
+and job tables, the placement snapshot, the assume cache and the dashboard's records. The
+scheduler, the syncer, the hook API and the dashboard read it; only the Slurm poller
+(:mod:`sunk.slurmwatch`) and the executor (:mod:`sunk.executor`) write to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from sunk import kube, placement
+from sunk.assume import AssumeCache
+from sunk.health import Health
+from sunk.jobtable import JobTable
+from sunk.nodeindex import NodeIndex
+from sunk.settings import Settings
+from sunk.slurm.job import PodIdentity
+from sunk.state import SchedulerState
+
+log = logging.getLogger("sunk.cluster")
+
+PodHandler = Callable[[str, kube.Obj], None]
+
+
+class Cluster:
+    def __init__(self, settings: Settings, api: kube.Client,
+                 state: SchedulerState | None = None) -> None:
+        self.settings = settings
+        self.api = api
+        self.state = state or SchedulerState()
+        self.jobs = JobTable(settings.scheduler_name)
+        self.assumed = AssumeCache()
+        self.scheduling = "scheduler" in settings.components
+        selector = f"spec.schedulerName={settings.scheduler_name}"
+        namespaces = settings.namespaces()
+        watched: list[str | None] = [None] if namespaces is None else list(namespaces)
+        self.pod_informers = [
+            kube.Informer(api, "pods", namespace=ns, field_selector=selector,
+                          handler=self._on_pod)
+            for ns in watched]
+        self.node_informer = kube.Informer(api, "nodes", handler=self._on_other)
+        self.slurmd_informer = kube.Informer(
+            api, "pods", namespace=settings.slurmd_namespace,
+            label_selector=settings.slurmd_label_selector, handler=self._on_other)
+        self.namespace_informer = kube.Informer(api, "namespaces")
+        self.health = Health(self.state, poll_interval=settings.slurm_poll_interval,
+                             informers=self.informers)
+        self.ready = asyncio.Event()
+        #: Called for every change of a Pod that names this scheduler.
+        self.pod_handlers: list[PodHandler] = []
+        #: Slurm's node names (for placement), and a generation that grows when they change.
+        self.slurm_node_names: frozenset[str] | None = None
+        self._slurm_nodes_generation = 0
+        self._index: tuple[int, NodeIndex] | None = None
+        self._snapshot: tuple[tuple[int, int, int], placement.Snapshot] | None = None
+        #: Pod uid -> set when that Pod object is gone (placeholder jobs wait on it).
+        self._gone: dict[str, asyncio.Event] = {}
+
+    def informers(self) -> list[kube.Informer]:
+        """The informers that run: the scheduled Pods' and Namespaces' only with the scheduler
+        component."""
+        shared = [self.node_informer, self.slurmd_informer]
+        if self.scheduling:
+            shared += [*self.pod_informers, self.namespace_informer]
+        return shared
+
+    async def run(self) -> None:
+        """Run the informers until cancelled; :attr:`ready` once every cache is synced."""
+        async with asyncio.TaskGroup() as tasks:
+            for informer in self.informers():
+                tasks.create_task(informer.run())
+            await asyncio.gather(*(i.synced.wait() for i in self.informers()))
+            tasks.create_task(self.health.probe_kube(self.api))
+            self.ready.set()
+
+    # -- Pods that name this scheduler ---------------------------------------------------------
+    def pod(self, key: str) -> kube.Obj | None:
+        namespace = key.split("/", 1)[0]
+        for informer in self.pod_informers:
+            if informer.namespace in (None, namespace) and key in informer.cache:
+                return informer.cache[key]
+        return None
+
+    def pods(self) -> Iterator[kube.Obj]:
+        for informer in self.pod_informers:
+            yield from informer.cache.values()
+
+    def pod_of(self, who: PodIdentity) -> kube.Obj | None:
+        """The Pod a job is for, if that very Pod (its uid) still exists."""
+        pod = self.pod(who.key)
+        return pod if pod is not None and pod["metadata"].get("uid") == who.uid else None
+
+    def _on_pod(self, kind: str, pod: kube.Obj) -> None:
+        self.assumed.observe(kind, pod)
+        if kind == "DELETED":
+            uid = pod["metadata"].get("uid", "")
+            if (gone := self._gone.pop(uid, None)) is not None:
+                gone.set()
+            self.state.forget(kube.key(pod))
+        for handler in self.pod_handlers:
+            handler(kind, pod)
+
+    def _on_other(self, kind: str, obj: kube.Obj) -> None:
+        self.assumed.observe(kind, obj)
+
+    async def wait_pod_gone(self, uid: str, within: float) -> bool:
+        """Whether the Pod ``uid`` is gone within ``within`` seconds."""
+        gone = self._gone.setdefault(uid, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within):
+                await gone.wait()
+        return gone.is_set()
+
+    # -- nodes ---------------------------------------------------------------------------------
+    def index(self) -> NodeIndex:
+        """Slurm node -> slurmd Pod and Kubernetes Node (built again only when a slurmd Pod
+        changed)."""
+        generation = self.slurmd_informer.generation
+        if self._index is None or self._index[0] != generation:
+            self._index = (generation, NodeIndex.build(self.slurmd_informer.cache.values()))
+        return self._index[1]
+
+    def node(self, name: str) -> kube.Obj | None:
+        return self.node_informer.cache.get(name)
+
+    def namespace(self, name: str) -> Mapping[str, Any] | None:
+        """The Namespace object (policies read it as ``namespaceObject``)."""
+        return self.namespace_informer.cache.get(name)
+
+    def set_slurm_nodes(self, nodes: list[dict[str, Any]]) -> None:
+        names = frozenset(n["name"] for n in nodes)
+        if names != self.slurm_node_names:
+            self.slurm_node_names = names
+            self._slurm_nodes_generation += 1
+        self.state.slurm_nodes = {n["name"]: n for n in nodes}
+
+    def snapshot(self) -> placement.Snapshot:
+        """The cluster as placement sees it; built again only when a Node, a slurmd Pod or
+        the list of Slurm nodes changed (not for every Pod)."""
+        version = (self.node_informer.generation, self.slurmd_informer.generation,
+                   self._slurm_nodes_generation)
+        if self._snapshot is not None and self._snapshot[0] == version:
+            return self._snapshot[1]
+        nodes = {
+            name: placement.NodeInfo(
+                name=name, labels=n["metadata"].get("labels") or {},
+                taints=tuple((n.get("spec") or {}).get("taints") or ()),
+                unschedulable=bool((n.get("spec") or {}).get("unschedulable")))
+            for name, n in self.node_informer.cache.items()}
+        snapshot = placement.Snapshot(slurm_to_k8s=self.index().to_k8s, nodes=nodes,
+                                      slurm_nodes=self.slurm_node_names)
+        self._snapshot = (version, snapshot)
+        return snapshot

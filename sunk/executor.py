@@ -1,0 +1,295 @@
+"""Carries out what the plans decided (:mod:`sunk.actions`), through the two ports.
+
+The one place where sunk writes: to the API server (annotations, bindings, deletions, Events,
+taints, evictions) and to Slurm (submissions, cancellations, node drains). Each write is
+recorded in the assume cache, the dashboard's records and the metrics. Events are sent in the
+background: a bind never waits for one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sunk import actions as do
+from sunk import kube, metrics, ownership
+from sunk.cluster import Cluster
+from sunk.hookauth import HookKeys, job_owner
+from sunk.locking import LOCK_KEY, LOCK_TAINT_SPEC, LockState
+from sunk.nodeplan import NodeFacts
+from sunk.ports import KubePort, SlurmPort
+from sunk.slurm.client import SlurmError
+from sunk.slurm.job import Job
+from sunk.state import PodRecord
+
+log = logging.getLogger("sunk.executor")
+
+
+class RetryLater(LookupError):
+    """Nothing can be done for this object yet: the worker backs off and looks again."""
+
+
+@dataclass
+class PodMemory:
+    """What the scheduler remembers of a Pod between reconciles (dropped when it goes)."""
+
+    #: Pod uid -> its jobs that were lost or failed to launch, and were replaced.
+    replaced: dict[str, set[int]] = field(default_factory=dict)
+    #: Pod uids already told that annotations on them were ignored (one Event each).
+    told_ignored: set[str] = field(default_factory=set)
+    #: Pod uid -> the newest job id known before a submit whose answer was lost.
+    uncertain_submits: dict[str, int] = field(default_factory=dict)
+
+    def forget(self, uid: str) -> None:
+        self.replaced.pop(uid, None)
+        self.told_ignored.discard(uid)
+        self.uncertain_submits.pop(uid, None)
+
+
+class Executor:
+    def __init__(self, cluster: Cluster, kube_port: KubePort, slurm: SlurmPort, *,
+                 keys: HookKeys, learn: Callable[[Job], object]) -> None:
+        self.cluster = cluster
+        self.kube = kube_port
+        self.slurm = slurm
+        self.keys = keys
+        self.learn = learn
+        self.settings = cluster.settings
+        self.owned = ownership.Keys.with_prefix(self.settings.annotation_prefix)
+        self.memory = PodMemory()
+        self._background: set[asyncio.Task[None]] = set()
+        #: (Pod key, Slurm node) pairs already told their eviction was refused (once a lock).
+        self._evict_refused: set[tuple[str, str]] = set()
+        #: Called with a Slurm node whose lock state changed (hook calls wait on it).
+        self.on_lock_changed: Callable[[str], None] = lambda node: None
+
+    def fire(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` in the background (Events: never on the hot path)."""
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- a Pod ----------------------------------------------------------------------------------
+    async def apply_pod(self, pod: kube.Obj, record: PodRecord,
+                        actions: Iterable[do.PodAction], *, tries: int = 0) -> None:
+        """Apply one Pod's plan in order. ``tries``: failed reconciles of it so far."""
+        uid = pod["metadata"]["uid"]
+        for action in actions:
+            match action:
+                case do.PodEvent(reason, message, warning):
+                    self.pod_event(pod, record, reason, message, warning=warning)
+                case do.ReportIgnored(message):
+                    self.memory.told_ignored.add(uid)
+                    metrics.ANNOTATIONS_IGNORED.inc()
+                    log.warning("pod %s: ignored scheduler-owned annotations: %s",
+                                kube.key(pod), message)
+                    self.pod_event(pod, record, "IgnoredAnnotations", message, warning=True)
+                case do.Replace(lost_job):
+                    self.memory.replaced.setdefault(uid, set()).add(lost_job)
+                case do.Annotate(annotations, note):
+                    await self.annotate_pod(pod, annotations)
+                    if note:
+                        record.note("adopted", note)
+                case do.Submit(description):
+                    await self._submit(pod, record, dict(description), tries=tries)
+                case do.Reject(reason, message):
+                    await self._reject(pod, record, reason, message)
+                case do.Bind(k8s_node, slurm_node, job_id):
+                    await self._bind(pod, record, k8s_node, slurm_node, job_id)
+                case do.CancelJob(job_id, why):
+                    await self.cancel(job_id, kube.key(pod), why)
+                case do.DeletePod(why):
+                    await self._delete_pod(pod, record, why)
+                case do.RetryLater(why):
+                    raise RetryLater(why)
+
+    def pod_event(self, pod: kube.Obj, record: PodRecord | None, reason: str, message: str, *,
+                  warning: bool = False) -> None:
+        if record is not None:
+            record.last_event = f"{reason}: {message}"
+            record.note(reason, message)
+        self.fire(self.kube.event(pod, kind="Pod", reason=reason, message=message,
+                                  warning=warning))
+
+    async def annotate_pod(self, pod: kube.Obj, annotations: Any) -> None:
+        meta = pod["metadata"]
+        pending = self.cluster.assumed.pending_annotations(meta["uid"])
+        if pending and all(pending.get(k, ...) == v for k, v in annotations.items()):
+            return  # written already; the watch has not brought it back yet
+        await self.kube.annotate("pods", meta["namespace"], meta["name"], annotations)
+        self.cluster.assumed.wrote_annotations(meta["uid"], annotations)
+
+    async def _submit(self, pod: kube.Obj, record: PodRecord, job: dict[str, Any], *,
+                      tries: int) -> None:
+        meta = pod["metadata"]
+        record.job_description = job  # shown on the dashboard: without the credential below
+        credential = self.keys.job_credential(job_owner(self.settings.scheduler_name,
+                                                        meta["uid"]))
+        job = {**job, "environment": [*job["environment"], f"SUNK_JOB_TOKEN={credential}"]}
+        try:
+            job_id = await self._submit_once(meta["uid"], job)
+        except SlurmError as exc:
+            metrics.SUBMIT_ERRORS.inc()
+            if exc.permanent:
+                await self._reject(pod, record, "SlurmRefused",
+                                   f"Slurm refused the job: {exc.slurm_message}")
+                return
+            if tries & (tries - 1) == 0:  # the 1st, 2nd, 4th, 8th... failure: not every retry
+                self.pod_event(pod, record, "SubmitFailed",
+                               f"Slurm did not take the job (try {tries + 1}, retrying "
+                               f"with backoff): {exc.slurm_message}", warning=True)
+            raise
+        metrics.JOBS_SUBMITTED.inc()
+        log.info("pod %s: submitted job %d", kube.key(pod), job_id)
+        await self.annotate_pod(pod, {self.owned.job_id: str(job_id),
+                                      self.owned.pod_uid: meta["uid"], self.owned.rejected: None})
+        record.note("JobSubmitted", f"Slurm job {job_id}")
+
+    async def _submit_once(self, uid: str, job: dict[str, Any]) -> int:
+        """Submit, unless an earlier try whose answer was lost (a timeout, an outage) did reach
+        Slurm: jobs Slurm took since then are read, and one naming this Pod is adopted."""
+        jobs = self.cluster.jobs
+        since = self.memory.uncertain_submits.pop(uid, None)
+        if since is not None:
+            for job_id in sorted(j for j in await self.slurm.job_states() if j > since
+                                 and j not in jobs.jobs):
+                if (found := await self.slurm.job(job_id)) is not None:
+                    self.learn(found)
+            if (existing := jobs.by_uid.get(uid)) is not None and existing > since:
+                log.info("pod uid %s: job %d from an earlier, unanswered submit adopted", uid,
+                         existing)
+                return existing
+        newest = jobs.newest_id()
+        try:
+            job_id = await self.slurm.submit(job)
+        except SlurmError as exc:
+            if not exc.permanent:  # it may have reached Slurm: look before submitting again
+                self.memory.uncertain_submits[uid] = newest
+            raise
+        jobs.submitted(Job(job_id=job_id, name=job["name"], state="PENDING", extra=job["extra"],
+                           nodes="", reason="", raw={}, admin_comment=job["admin_comment"]))
+        return job_id
+
+    async def _reject(self, pod: kube.Obj, record: PodRecord, reason: str, message: str) -> None:
+        metrics.PODS_REJECTED.inc()
+        record.rejected = f"{reason}: {message}"
+        self.pod_event(pod, record, reason, message, warning=True)
+        await self.annotate_pod(pod, {self.owned.rejected: reason, self.owned.job_id: None,
+                                      self.owned.pod_uid: pod["metadata"]["uid"]})
+        log.info("pod %s rejected: %s: %s", kube.key(pod), reason, message)
+
+    async def _bind(self, pod: kube.Obj, record: PodRecord, k8s_node: str, slurm_node: str,
+                    job_id: int) -> None:
+        await self.kube.bind(pod, k8s_node)
+        self.cluster.assumed.bound(pod["metadata"]["uid"])
+        record.bound_at = time.time()
+        record.k8s_node = k8s_node
+        metrics.PODS_BOUND.inc()
+        if record.time_to_bound is not None:
+            metrics.BIND_LATENCY.observe(record.time_to_bound)
+        log.info("pod %s: bound to %s (Slurm node %s)", kube.key(pod), k8s_node, slurm_node)
+        self.pod_event(pod, record, "Scheduled",
+                       f"Successfully assigned {kube.key(pod)} to {k8s_node} "
+                       f"(Slurm node {slurm_node}, job {job_id})")
+
+    async def cancel(self, job_id: int, key: str, why: str) -> None:
+        await self.slurm.cancel(job_id)
+        metrics.JOBS_CANCELLED.inc()
+        log.info("pod %s: cancelled job %d: %s", key, job_id, why)
+
+    async def _delete_pod(self, pod: kube.Obj, record: PodRecord, why: str) -> None:
+        self.pod_event(pod, record, "SlurmJobEnded", f"{why}; deleting the Pod", warning=True)
+        await self.kube.delete_pod(pod)
+        metrics.PODS_DELETED.inc()
+        log.info("pod %s: deleted: %s", kube.key(pod), why)
+
+    # -- a node ---------------------------------------------------------------------------------
+    async def apply_node(self, facts: NodeFacts, node: kube.Obj, slurmd: kube.Obj,
+                         actions: Iterable[do.NodeAction], *,
+                         pod_of: Callable[[str], kube.Obj | None]) -> None:
+        """Apply one node's plan in order. ``pod_of``: a Pod by key (for Events)."""
+        for action in actions:
+            match action:
+                case do.SetLockTaint(present):
+                    await self._set_lock_taint(node, present)
+                case do.Evict(pod_key):
+                    await self._evict(pod_key, facts.slurm_node, pod_of)
+                case do.SetLockState(before, after, waiting_for):
+                    await self._set_lock_state(facts, node, slurmd, before, after, waiting_for)
+                case do.DrainSlurmNode(reason):
+                    await self.slurm.update_node(facts.slurm_node,
+                                                 {"state": ["DRAIN"], "reason": reason})
+                    log.info("drained Slurm node %s: %s", facts.slurm_node, reason)
+                case do.ResumeSlurmNode(why):
+                    await self.slurm.update_node(facts.slurm_node, {"state": ["RESUME"]})
+                    log.info("resumed Slurm node %s: %s", facts.slurm_node, why)
+                case do.ShowSlurmState():
+                    await self._show_slurm_state(facts, node, slurmd, action)
+
+    async def _annotate(self, obj: kube.Obj, kind: str, annotations: Any) -> None:
+        meta = obj["metadata"]
+        await self.kube.annotate(kind, meta.get("namespace"), meta["name"], annotations)
+        self.cluster.assumed.wrote_annotations(meta.get("uid", ""), annotations)
+
+    def node_event(self, node: kube.Obj, reason: str, message: str, *,
+                   warning: bool = False) -> None:
+        self.fire(self.kube.event(node, kind="Node", reason=reason, message=message,
+                                  warning=warning))
+
+    async def _set_lock_taint(self, node: kube.Obj, present: bool) -> None:
+        taints = [t for t in (node.get("spec") or {}).get("taints") or []
+                  if t.get("key") != LOCK_KEY]
+        if present:
+            taints.append(dict(LOCK_TAINT_SPEC))
+        await self.kube.set_taints(node, taints)
+        self.cluster.assumed.set_taint(node["metadata"].get("uid", ""), LOCK_KEY, present)
+
+    async def _set_lock_state(self, facts: NodeFacts, node: kube.Obj, slurmd: kube.Obj,
+                              before: LockState, after: LockState,
+                              waiting_for: tuple[str, ...]) -> None:
+        await self._annotate(slurmd, "pods", {LOCK_KEY: after.value})
+        metrics.LOCK_TRANSITIONS.labels(state=after.value).inc()
+        detail = f"waiting for {', '.join(waiting_for)}" if waiting_for else ""
+        log.info("node %s (%s): lock %s -> %s %s", facts.k8s_node, facts.slurm_node,
+                 before.value, after.value, detail)
+        self.node_event(node, "NodeLock", f"lock {before.value} -> {after.value} for Slurm "
+                                          f"node {facts.slurm_node} {detail}".strip())
+        if not after.locked:
+            self._evict_refused = {x for x in self._evict_refused if x[1] != facts.slurm_node}
+        self.on_lock_changed(facts.slurm_node)
+
+    async def _evict(self, key: str, slurm_node: str,
+                     pod_of: Callable[[str], kube.Obj | None]) -> None:
+        namespace, name = key.split("/", 1)
+        try:
+            await self.kube.evict(namespace, name)
+        except kube.KubeError as exc:
+            metrics.EVICTIONS.labels(result="refused").inc()
+            if (key, slurm_node) in self._evict_refused:  # report once per lock
+                return
+            self._evict_refused.add((key, slurm_node))
+            why = "a PodDisruptionBudget forbids it" if exc.status == 429 else str(exc)
+            log.warning("cannot evict pod %s to lock Slurm node %s: %s", key, slurm_node, why)
+            if (pod := pod_of(key)) is not None:
+                self.fire(self.kube.event(
+                    pod, kind="Pod", reason="EvictionRefused", warning=True,
+                    message=f"evicting it to lock Slurm node {slurm_node} failed: {why}; "
+                            "retrying"))
+            return
+        metrics.EVICTIONS.labels(result="evicted").inc()
+        log.info("evicted pod %s to lock Slurm node %s", key, slurm_node)
+
+    async def _show_slurm_state(self, facts: NodeFacts, node: kube.Obj, slurmd: kube.Obj,
+                                show: do.ShowSlurmState) -> None:
+        if show.on_pod:
+            await self._annotate(slurmd, "pods", show.annotations)
+        if show.on_node:
+            await self._annotate(node, "nodes", show.annotations)
+            self.node_event(node, f"SlurmNode{show.shown.capitalize() or 'Ready'}",
+                            f"Slurm node {facts.slurm_node}: {show.shown or 'no longer drained'}"
+                            + (f" ({show.reason})" if show.shown and show.reason else ""),
+                            warning=bool(show.shown))

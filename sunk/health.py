@@ -1,0 +1,86 @@
+"""Is the API server there, is Slurm there: what /readyz, the dashboard and the metrics say.
+
+A call to slurmrestd whose slurmctld is gone can hang for a while before it fails, and an API
+server that shuts down gracefully stops taking requests at once but keeps its open watches for a
+while: neither errors nor watches alone tell soon enough, so silence counts too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+from sunk import kube, metrics
+from sunk.state import SchedulerState
+
+log = logging.getLogger("sunk.health")
+
+#: Seconds without an answer from Slurm (past the poll interval) after which it counts as down.
+SLURM_SILENCE = 3.0
+
+
+class Health:
+    def __init__(self, state: SchedulerState, *, poll_interval: float,
+                 informers: Callable[[], Iterable[kube.Informer]]) -> None:
+        self.state = state
+        self.poll_interval = poll_interval
+        self._informers = informers
+        self._slurm_answered_at = time.monotonic()
+        self._kube_probe_error = ""
+        #: Called when Slurm, or the API server, answers again after an outage.
+        self.on_slurm_back: list[Callable[[], None]] = []
+        self.on_kube_back: list[Callable[[], None]] = []
+
+    # -- Slurm ------------------------------------------------------------------------------
+    def slurm_answered(self, error: Exception | None) -> None:
+        """What the last call to slurmrestd says of it."""
+        recovered = error is None and not self.state.slurm_healthy
+        if error is None:
+            self._slurm_answered_at = time.monotonic()
+        self.state.slurm_healthy, self.state.slurm_error = error is None, str(error or "")
+        metrics.SLURM_UP.set(error is None)
+        if recovered:
+            for call in self.on_slurm_back:
+                call()
+
+    def slurm_problem(self) -> str:
+        """What is wrong with Slurm ("" if nothing): its last error, or a silence of
+        :data:`SLURM_SILENCE` seconds past the poll interval."""
+        if not self.state.slurm_healthy:
+            return self.state.slurm_error or "no answer yet"
+        silent = time.monotonic() - self._slurm_answered_at - self.poll_interval
+        if silent > SLURM_SILENCE:
+            return f"no answer from slurmrestd for {silent:.0f}s"
+        return ""
+
+    # -- the API server -----------------------------------------------------------------------
+    def kube_problem(self) -> str:
+        """What is wrong with the API server, as the watches and the probe see it."""
+        problems = [f"{i.resource}: {i.last_error}" for i in self._informers() if not i.healthy]
+        if self._kube_probe_error:
+            problems.append(f"a read failed: {self._kube_probe_error}")
+        return "; ".join(problems)
+
+    async def probe_kube(self, api: kube.Client, interval: float = 1.0) -> None:
+        """A small read every second (watches alone call a stopping API server healthy)."""
+        while True:
+            try:
+                async with asyncio.timeout(2 * interval):
+                    await kube.request(api, "GET", "nodes", params={"limit": "1"})
+            except (kube.KubeError, TimeoutError) as exc:
+                self._kube_probe_error = str(exc) or "no answer within 2s"
+            else:
+                self._kube_probe_error = ""
+            self.note_kube()
+            await asyncio.sleep(interval)
+
+    def note_kube(self) -> None:
+        problem = self.kube_problem()
+        recovered = not problem and not self.state.kube_healthy
+        self.state.kube_healthy, self.state.kube_error = not problem, problem
+        metrics.KUBE_UP.set(0 if problem else 1)
+        if recovered:
+            for call in self.on_kube_back:
+                call()

@@ -1,0 +1,108 @@
+"""The Slurm jobs of this scheduler, as last read (pure: no I/O).
+
+A job is ours when its ``extra`` names a Pod of this scheduler **and** its ``admin_comment``
+carries the stamp only a Slurm operator can set (:func:`sunk.slurm.job.admin_comment`): a
+user's job that copies a placeholder's ``extra`` never passes for a Pod's job.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sunk.slurm.job import Job, PodIdentity, admin_comment
+
+log = logging.getLogger("sunk.jobs")
+
+
+@dataclass(frozen=True)
+class Learned:
+    """What reading one job taught: the Pod it is for (None: not ours), and the Pod that lost
+    it if Slurm gave its id to another Pod's job (it lost the earlier job in a crash)."""
+
+    owner: PodIdentity | None
+    displaced: PodIdentity | None = None
+
+
+class JobTable:
+    def __init__(self, scheduler_name: str) -> None:
+        self.scheduler_name = scheduler_name
+        self.jobs: dict[int, Job] = {}
+        #: Pod uid -> id of the newest job of ours for it (adoption, cancellation, locks).
+        self.by_uid: dict[str, int] = {}
+        #: Jobs whose extra names a Pod of ours but which we did not submit (logged once).
+        self._impostors: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.jobs)
+
+    def get(self, job_id: int) -> Job | None:
+        return self.jobs.get(job_id)
+
+    def owner(self, job_id: int) -> PodIdentity | None:
+        """The Pod a job of ours is for (None: not a job we know)."""
+        job = self.jobs.get(job_id)
+        return job.owner if job is not None else None
+
+    def ours(self, job: Job) -> PodIdentity | None:
+        """The Pod ``job`` is for, if this scheduler submitted it."""
+        who = job.owner
+        if who is None or who.scheduler != self.scheduler_name:
+            return None
+        if job.admin_comment != admin_comment(who):
+            if job.job_id not in self._impostors:
+                self._impostors.add(job.job_id)
+                log.warning("job %d claims to be Pod %s's (extra) but was not submitted by "
+                            "this scheduler (admin_comment %r): ignored", job.job_id, who.key,
+                            job.admin_comment[:80])
+            return None
+        return who
+
+    def learn(self, job: Job) -> Learned:
+        """Record ``job`` if it is ours.
+
+        Slurm keeps a FAILED record of every submission it refused; such a record (finished,
+        never placed, unknown to us) is not a job of a Pod and is not recorded."""
+        who = self.ours(job)
+        if who is None or (job.finished and not job.nodes and job.job_id not in self.jobs):
+            return Learned(None)
+        before = self.jobs.get(job.job_id)
+        displaced = None
+        if before is not None and before.owner is not None and before.owner.uid != who.uid:
+            # Slurm reuses a job id after it lost the job (a slurmctld that crashed before
+            # saving its state): the id is now another Pod's, the old Pod's job is gone.
+            displaced = before.owner
+            log.warning("job %d is now %s's, no longer %s's: Slurm lost the earlier job",
+                        job.job_id, who.key, displaced.key)
+            if self.by_uid.get(displaced.uid) == job.job_id:
+                del self.by_uid[displaced.uid]
+        self.jobs[job.job_id] = job
+        newest = self.by_uid.get(who.uid)
+        if newest is None or job.job_id >= newest or newest not in self.jobs:
+            self.by_uid[who.uid] = job.job_id
+        return Learned(who, displaced)
+
+    def submitted(self, job: Job) -> None:
+        """A job this process just submitted: the newest submission is its Pod's job."""
+        self.learn(job)
+        if job.owner is not None:
+            self.by_uid[job.owner.uid] = job.job_id
+
+    def forget(self, job_id: int) -> Job | None:
+        """Slurm no longer knows the job (purged after MinJobAge, or lost)."""
+        job = self.jobs.pop(job_id, None)
+        if job is not None and job.owner is not None and self.by_uid.get(
+                job.owner.uid) == job_id:
+            del self.by_uid[job.owner.uid]
+        return job
+
+    def of_pod(self, uid: str) -> Job | None:
+        job_id = self.by_uid.get(uid)
+        return None if job_id is None else self.jobs.get(job_id)
+
+    def newest_id(self) -> int:
+        return max(self.jobs, default=0)

@@ -1,0 +1,111 @@
+"""What to do for one Pod and its job, as a list of actions (pure).
+
+The scheduler gathers plain facts (the Pod as the API server has it, what its annotations may
+be believed to say, its job as Slurm has it), and these functions answer with
+:mod:`sunk.actions`. :func:`sunk.decide.decide` picks the step; this module spells it out:
+which Events, which annotations, how often a lost job is replaced, why a Pod is rejected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Set
+from dataclasses import dataclass, field
+from typing import Any
+
+from sunk import actions as do
+from sunk import ownership, placement, translate
+from sunk.decide import JobView, PodView, Step, decide
+from sunk.policy import Decision
+
+#: How often a Pod not yet bound gets a new job when Slurm lost its job or it failed to launch.
+MAX_RESUBMITS = 3
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    key: str
+    view: PodView
+    owned: ownership.Ownership
+    job: JobView | None
+    #: The Kubernetes Node that hosts the job's Slurm node (None: no slurmd Pod has it).
+    k8s_node: str | None = None
+    #: The Pod was already told its annotations were ignored.
+    told_ignored: bool = False
+    #: Jobs of this Pod already replaced (lost, or failed to launch).
+    replaced: Set[int] = field(default_factory=frozenset)
+
+
+def plan_pod(facts: PodFacts) -> do.Plan:
+    """The actions for one Pod; ``submit`` asks the caller to run :func:`plan_submission`."""
+    view, owned, job = facts.view, facts.owned, facts.job
+    first: list[do.PodAction] = []
+    if owned.ignored and not facts.told_ignored:
+        what = "; ".join(f"{k}: {why}" for k, why in owned.ignored.items())
+        first.append(do.ReportIgnored(
+            f"only the scheduler writes these, for this Pod alone: {what}. "
+            + ("The Pod is scheduled from scratch." if owned.job_id is None
+               else f"Its job is {owned.job_id}.")))
+    step = decide(view, job)
+    if step is Step.SUBMIT and view.job_id is not None:
+        what = f"job {view.job_id} " + (f"{job.state.lower()} before it started" if job
+                                        else "was lost by Slurm before it ran")
+        if view.job_id not in facts.replaced:  # counted once per lost job, not per retry
+            if len(facts.replaced) >= MAX_RESUBMITS:
+                return do.Plan((*first, do.DeletePod(
+                    f"{what}, the {MAX_RESUBMITS + 1}th lost job")))
+            first += [do.Replace(view.job_id), do.PodEvent(
+                "SlurmJobLost", f"{what}; submitting a new one (try {len(facts.replaced) + 1} "
+                f"of {MAX_RESUBMITS})", warning=True)]
+    if step is Step.SUBMIT:
+        return do.Plan(tuple(first), submit=True)
+    if owned.write and view.job_id is not None:  # adopted, or a wrong job-id repaired
+        first.append(do.Annotate(dict(owned.write), note=f"adopted job {view.job_id}"))
+    if step is Step.BIND and job is not None and view.job_id is not None:
+        if facts.k8s_node is None:
+            first += [do.PodEvent("NoNodeForSlurmNode",
+                                  f"no slurmd Pod has hostname {job.node}; waiting",
+                                  warning=True),
+                      do.RetryLater(f"Slurm node {job.node} has no slurmd Pod")]
+        else:
+            first.append(do.Bind(facts.k8s_node, job.node, view.job_id))
+    elif step is Step.CANCEL_JOB and view.job_id is not None:
+        first.append(do.CancelJob(view.job_id, "its Pod is being deleted" if view.deleting
+                                  else f"its Pod is {view.phase.lower()}"))
+    elif step is Step.DELETE_POD:
+        first.append(do.DeletePod(f"job {view.job_id} {job.state.lower()}" if job
+                                  else f"job {view.job_id} no longer exists in Slurm"))
+    return do.Plan(tuple(first))
+
+
+def plan_deleted(job_id: int, job: JobView | None) -> tuple[do.CancelJob, ...]:
+    """The Pod object is gone: release its job if it still holds anything."""
+    if decide(None, job) is Step.CANCEL_JOB:
+        return (do.CancelJob(job_id, "its Pod was deleted"),)
+    return ()
+
+
+def plan_submission(pod: Mapping[str, Any], admission: Decision, snapshot: placement.Snapshot,
+                    settings: translate.TranslateSettings, *, annotation_prefix: str,
+                    first_try: bool) -> tuple[do.PodAction, ...]:
+    """Check, translate and submit: the Pod's placeholder job, or why it can never have one.
+    Warnings are told on the first try only (not on every retry of a Slurm outage)."""
+    out: list[do.PodAction] = []
+    if first_try:
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        for unknown, hint in translate.unknown_annotations(annotations, annotation_prefix):
+            out.append(do.PodEvent(
+                "UnknownAnnotation", f"{unknown} is not an annotation sunk reads; it is ignored"
+                + (f" (did you mean {hint}?)" if hint else ""), warning=True))
+        out += [do.PodEvent(w.reason, f"{w.policy}: {w.message}", warning=True)
+                for w in admission.warnings]
+    if not admission.allowed:
+        return (*out, do.Reject(admission.reason or "PolicyDenied", admission.message))
+    try:
+        job = translate.job_description(pod, admission.mappings, snapshot, settings)
+    except translate.Unschedulable as exc:
+        return (*out, do.Reject(exc.reason, str(exc)))
+    except (ValueError, KeyError, TypeError) as exc:
+        return (*out, do.Reject("InvalidPod", str(exc)))
+    except LookupError as exc:  # a cordoned or unmapped node: may change, so look again
+        return (*out, do.RetryLater(str(exc)))
+    return (*out, do.Submit(job))

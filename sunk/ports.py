@@ -1,0 +1,74 @@
+"""The two ports the executor acts through: Kubernetes and Slurm.
+
+Small on purpose: every write sunk makes is one of these calls. The real ones are the kube
+package's functions on one client (:class:`KubeAPI`) and :class:`sunk.slurm.client.SlurmClient`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from sunk import kube
+from sunk.slurm.job import Job
+
+Obj = dict[str, Any]
+
+
+class KubePort(Protocol):
+    async def annotate(self, kind: str, namespace: str | None, name: str,
+                       annotations: Mapping[str, str | None]) -> None: ...
+
+    async def bind(self, pod: Obj, node: str) -> None: ...
+
+    async def delete_pod(self, pod: Obj) -> None: ...
+
+    async def event(self, obj: Obj, *, kind: str, reason: str, message: str,
+                    warning: bool) -> None: ...
+
+    async def set_taints(self, node: Obj, taints: list[dict[str, Any]]) -> None: ...
+
+    async def evict(self, namespace: str, name: str) -> None: ...
+
+
+class SlurmPort(Protocol):
+    async def submit(self, job: dict[str, Any]) -> int: ...
+
+    async def cancel(self, job_id: int) -> None: ...
+
+    async def update_node(self, name: str, fields: dict[str, Any]) -> None: ...
+
+    async def job(self, job_id: int) -> Job | None: ...
+
+    async def job_states(self) -> Mapping[int, str]: ...
+
+
+class KubeAPI:
+    """:class:`KubePort` on the API server."""
+
+    def __init__(self, api: kube.Client, component: str) -> None:
+        self.api = api
+        self.component = component
+
+    async def annotate(self, kind: str, namespace: str | None, name: str,
+                       annotations: Mapping[str, str | None]) -> None:
+        await kube.annotate(self.api, kind, namespace, name, dict(annotations))
+
+    async def bind(self, pod: Obj, node: str) -> None:
+        await kube.bind(self.api, pod, node)
+
+    async def delete_pod(self, pod: Obj) -> None:
+        await kube.delete_pod(self.api, pod)
+
+    async def event(self, obj: Obj, *, kind: str, reason: str, message: str,
+                    warning: bool) -> None:
+        await kube.event(self.api, obj, kind=kind, reason=reason, message=message,
+                         type_="Warning" if warning else "Normal", component=self.component)
+
+    async def set_taints(self, node: Obj, taints: list[dict[str, Any]]) -> None:
+        meta = node["metadata"]
+        # resourceVersion makes this a compare-and-swap: a concurrent taint change is not lost.
+        await kube.set_taints(self.api, meta["name"], meta["resourceVersion"], taints)
+
+    async def evict(self, namespace: str, name: str) -> None:
+        await kube.evict(self.api, namespace, name)

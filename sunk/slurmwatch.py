@@ -1,0 +1,167 @@
+"""Slurm's jobs and nodes, followed for the cluster model (the one Slurm poller).
+
+Every job's state in one cheap call per poll, a job's details only where they matter
+(:mod:`sunk.jobpoll`); jobs that changed wake their Pods. Slurm's nodes every few seconds (which
+exist, for placement; their state, for locks, drains and the dashboard). On start, and when
+Slurm comes back from an outage, every job is listed once in full: a slurmctld that crashed
+comes back with the state it last saved, having lost the jobs submitted just before and giving
+their ids to new jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TypeVar
+
+from sunk import jobpoll
+from sunk.cluster import Cluster
+from sunk.slurm.client import SlurmClient, SlurmError
+from sunk.slurm.job import Job, PodIdentity
+from sunk.slurm.text import never_starts
+
+log = logging.getLogger("sunk.slurmwatch")
+
+T = TypeVar("T")
+Wake = Callable[[PodIdentity], None]
+Stuck = Callable[[Job, PodIdentity, str], None]
+
+
+class SlurmWatch:
+    def __init__(self, cluster: Cluster, slurm: SlurmClient) -> None:
+        self.cluster = cluster
+        self.jobs = cluster.jobs
+        self.slurm = slurm
+        #: Who hears of it (the scheduler, once built): a job of this Pod changed; a job is
+        #: pending for a reason that needs a person.
+        self.wake: Wake = lambda who: None
+        self.stuck: Stuck = lambda job, who, why: None
+        self.interval = cluster.settings.slurm_poll_interval
+        #: (job id, pending reason) pairs already reported as stuck (once each).
+        self._stuck_reported: set[tuple[int, str]] = set()
+
+    async def call(self, call: Callable[[], Awaitable[T]]) -> T:
+        """One call to slurmrestd, its outcome noted for health."""
+        try:
+            result = await call()
+        except SlurmError as exc:
+            self.cluster.health.slurm_answered(exc)
+            raise
+        self.cluster.health.slurm_answered(None)
+        return result
+
+    async def read(self, job_id: int) -> Job | None:
+        """A job as Slurm has it now, learned if it is ours (None: Slurm has no such job)."""
+        job = await self.call(lambda: self.slurm.job(job_id))
+        if job is not None:
+            self.learn(job)
+        return job
+
+    def learn(self, job: Job) -> PodIdentity | None:
+        learned = self.jobs.learn(job)
+        if learned.displaced is not None:
+            self.wake(learned.displaced)
+        return learned.owner
+
+    # -- adoption and recovery -----------------------------------------------------------------
+    async def adopt(self) -> None:
+        """One full job listing at start: learn every job of ours (the poll then reads only
+        states). Waits out an outage of Slurm."""
+        delay = 0.5
+        while True:
+            try:
+                listed = await self.call(self.slurm.all_jobs)
+                break
+            except SlurmError as exc:
+                log.warning("listing jobs failed, retrying in %.1fs: %s", delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(30.0, delay * 2)
+        for job in listed:
+            self.learn(job)
+        log.info("adopted %d jobs of ours from Slurm", len(self.jobs))
+
+    async def relist(self) -> None:
+        """After an outage: every job again, in full. What was lost is forgotten (its Pod is
+        reconciled: submitted again if it was not bound yet); what moved to another Pod is
+        learned anew."""
+        try:
+            listed = await self.slurm.all_jobs()
+        except SlurmError as exc:
+            log.warning("listing jobs after Slurm came back failed: %s", exc)
+            return
+        fresh = {job.job_id for job in listed}
+        for job_id in [j for j in self.jobs if j not in fresh]:
+            self._forget(job_id)
+        for job in listed:
+            if (who := self.learn(job)) is not None:
+                self.wake(who)
+        log.info("Slurm came back: %d jobs of ours", len(self.jobs))
+
+    def _forget(self, job_id: int) -> None:
+        job = self.jobs.forget(job_id)
+        if job is not None and job.owner is not None:
+            self.wake(job.owner)
+
+    # -- the polls -----------------------------------------------------------------------------
+    async def poll_jobs(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            asked = set(self.jobs)
+            try:
+                states = await self.call(self.slurm.job_states)
+                await self.follow(states, asked)
+            except SlurmError as exc:
+                log.warning("polling Slurm failed: %s", exc)
+
+    async def follow(self, states: Mapping[int, str], asked: set[int]) -> None:
+        """Apply one poll: changed states wake their Pods, gone jobs are forgotten, and the
+        few jobs whose details matter are read."""
+        now = time.monotonic()
+        followed = {job_id: jobpoll.Followed(job.state, job.started, job.checked_at, job.reason)
+                    for job_id, job in self.jobs.jobs.items()}
+        plan = jobpoll.plan_poll(followed, states, now=now, asked=asked)
+        for job_id, state in plan.changed.items():
+            changed = self.jobs.jobs[job_id]
+            changed.state, changed.checked_at = state, now
+            if state != "PENDING":
+                changed.reason = ""
+            if changed.owner is not None:
+                self.wake(changed.owner)
+        for job_id in plan.gone:
+            self._forget(job_id)
+        for job_id in plan.fetch:
+            before = self.jobs.get(job_id)
+            fresh = await self.slurm.job(job_id)
+            if fresh is None:
+                self._forget(job_id)
+                continue
+            if before is not None and before.started and not fresh.started:
+                continue  # read before the started hook arrived: keep what the hook said
+            who = self.learn(fresh)
+            if who is not None and (before is None or (
+                    before.state, before.extra, before.nodes, before.reason) != (
+                    fresh.state, fresh.extra, fresh.nodes, fresh.reason)):
+                self.wake(who)
+                self._report_stuck(fresh, who)
+
+    def _report_stuck(self, job: Job, who: PodIdentity) -> None:
+        """A job pending for a reason that means "not without a person" (held, an invalid
+        account, a constraint no node meets): told once per reason."""
+        why = never_starts(job.reason) if job.state == "PENDING" else None
+        if why is None or (job.job_id, job.reason) in self._stuck_reported:
+            return
+        self._stuck_reported.add((job.job_id, job.reason))
+        log.warning("pod %s: job %d pending (%s): %s", who.key, job.job_id, job.reason, why)
+        self.stuck(job, who, why)
+
+    async def poll_nodes(self, interval: float = 2.0) -> None:
+        """Slurm's nodes: which exist (for placement) and their state. One cheap call."""
+        while True:
+            try:
+                self.cluster.set_slurm_nodes(await self.call(self.slurm.nodes))
+            except SlurmError as exc:
+                log.warning("listing Slurm nodes failed: %s", exc)
+            self.cluster.health.note_kube()
+            await asyncio.sleep(interval)

@@ -1,0 +1,98 @@
+"""The parts of a running sunk, built once and wired together (no logic of its own).
+
+One cluster model is shared by everything; the Slurm poller and the executor write to it; the
+scheduler, the syncer, the hook answers and the dashboard read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sunk import kube
+from sunk.cluster import Cluster
+from sunk.executor import Executor
+from sunk.hookanswers import HookAnswers
+from sunk.hookauth import HookKeys
+from sunk.policy.loader import PolicyStore
+from sunk.ports import KubeAPI
+from sunk.scheduler import Scheduler
+from sunk.settings import Settings
+from sunk.slurm.client import SlurmClient
+from sunk.slurm.job import Job
+from sunk.slurmwatch import SlurmWatch
+from sunk.state import SchedulerState
+from sunk.syncer import Syncer
+
+
+class DashboardSource:
+    """What the dashboard reads (``web.protocol.SchedulerView``): the cluster model, read-only,
+    and a Pod's Events, the one call to the API server the dashboard makes."""
+
+    def __init__(self, cluster: Cluster, policies: PolicyStore) -> None:
+        self.cluster = cluster
+        self.policies = policies
+
+    @property
+    def state(self) -> SchedulerState:
+        return self.cluster.state
+
+    @property
+    def settings(self) -> Settings:
+        return self.cluster.settings
+
+    @property
+    def jobs(self) -> Mapping[int, Job]:
+        return self.cluster.jobs.jobs
+
+    @property
+    def pod_informers(self) -> Sequence[kube.Informer]:
+        return self.cluster.pod_informers
+
+    @property
+    def node_informer(self) -> kube.Informer:
+        return self.cluster.node_informer
+
+    @property
+    def slurmd_informer(self) -> kube.Informer:
+        return self.cluster.slurmd_informer
+
+    async def pod_events(self, namespace: str, name: str, uid: str
+                         ) -> list[dict[str, Any]] | str:
+        try:
+            body = await kube.request(self.cluster.api, "GET", "events", namespace=namespace,
+                                      params={"fieldSelector": f"involvedObject.uid={uid}"})
+        except kube.KubeError as exc:
+            return str(exc)
+        return list(body.get("items") or [])
+
+
+@dataclass
+class Parts:
+    cluster: Cluster
+    watch: SlurmWatch
+    executor: Executor
+    scheduler: Scheduler
+    hooks: HookAnswers
+    syncer: Syncer | None
+    dashboard: DashboardSource
+
+    @property
+    def ready(self) -> asyncio.Event:
+        return self.cluster.ready
+
+
+def assemble(settings: Settings, api: kube.Client, slurm: SlurmClient,
+             policies: PolicyStore) -> Parts:
+    cluster = Cluster(settings, api)
+    keys = HookKeys(settings.hook_tokens)
+    watch = SlurmWatch(cluster, slurm)
+    executor = Executor(cluster, KubeAPI(api, settings.scheduler_name), slurm, keys=keys,
+                        learn=watch.learn)
+    scheduler = Scheduler(cluster, watch, executor, policies)
+    hooks = HookAnswers(cluster, watch, executor, wake=scheduler.wake)
+    syncer = Syncer(cluster, executor, slurm) if "syncer" in settings.components else None
+    return Parts(cluster, watch, executor, scheduler, hooks, syncer,
+                 DashboardSource(cluster, policies))

@@ -1,0 +1,274 @@
+"""The executor against HTTP-level stand-ins (``httpx.MockTransport``) of the API server and
+slurmrestd: which requests each action sends, and what it records (assume cache, records)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from sunk import actions as do
+from sunk import kube
+from sunk.cluster import Cluster
+from sunk.executor import Executor, RetryLater
+from sunk.hookauth import HookKeys
+from sunk.locking import LOCK_KEY, LockState
+from sunk.nodeplan import NodeFacts
+from sunk.ports import KubeAPI
+from sunk.settings import Settings
+from sunk.slurm.client import SlurmClient, SlurmError
+from sunk.slurm.job import Job, PodIdentity, admin_comment, job_extra
+from sunk.state import PodRecord
+from tests.unit.kube.fakes import FakeCredentials
+
+NAME = "sunk-test"
+PREFIX = "sunk.coreweave.com/"
+Route = Callable[[httpx.Request], httpx.Response]
+
+
+@dataclass
+class Server:
+    """Answers by (method, path prefix); records every request with its JSON body."""
+
+    routes: dict[tuple[str, str], Route] = field(default_factory=dict)
+    seen: list[tuple[str, str, Any]] = field(default_factory=list)
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        self.seen.append((request.method, request.url.path, body))
+        for (method, path), route in self.routes.items():
+            if request.method == method and request.url.path.startswith(path):
+                return route(request)
+        return httpx.Response(200, json={})
+
+    def calls(self, method: str, path: str = "") -> list[Any]:
+        return [b for m, p, b in self.seen if m == method and p.startswith(path)]
+
+
+@dataclass
+class Bed:
+    executor: Executor
+    cluster: Cluster
+    kube: Server
+    slurm: Server
+
+
+@pytest.fixture
+async def bed() -> Any:
+    k8s, slurm = Server(), Server()
+    api = kube.Client(FakeCredentials(), transport=httpx.MockTransport(k8s))
+    client = SlurmClient("http://slurm.test", token=lambda: "jwt",
+                         transport=httpx.MockTransport(slurm))
+    cluster = Cluster(Settings(scheduler_name=NAME, scope="cluster"), api)
+    executor = Executor(cluster, KubeAPI(api, NAME), client, keys=HookKeys(lambda: ["s3cret"]),
+                        learn=cluster.jobs.learn)
+    yield Bed(executor, cluster, k8s, slurm)
+    await asyncio.gather(*executor._background)
+    await client.aclose()
+    await kube.close(api)
+
+
+def pod(uid: str = "aaaa-0001", **annotations: str) -> dict[str, Any]:
+    return {"metadata": {"namespace": "ns", "name": "p", "uid": uid,
+                         "annotations": dict(annotations)}, "spec": {}}
+
+
+def record(uid: str = "aaaa-0001") -> PodRecord:
+    return PodRecord("ns", "p", uid, created=0.0)
+
+
+def description(uid: str = "aaaa-0001") -> dict[str, Any]:
+    who = PodIdentity("ns", "p", uid, NAME)
+    return {"name": "sunk-ns-p", "extra": job_extra(who), "admin_comment": admin_comment(who),
+            "environment": ["PATH=/bin"]}
+
+
+def slurm_error(status: int, number: int, text: str) -> Route:
+    return lambda r: httpx.Response(status, json={"errors": [
+        {"error_number": number, "error": text, "description": text}]})
+
+
+async def settle(bed: Bed) -> None:
+    await asyncio.gather(*bed.executor._background)
+
+
+async def test_a_submission_carries_the_credential_and_writes_the_job_id(bed: Bed) -> None:
+    bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = lambda r: httpx.Response(
+        200, json={"job_id": 41})
+    rec = record()
+    await bed.executor.apply_pod(pod(), rec, [do.Submit(description())])
+    (sent,) = bed.slurm.calls("POST", "/slurm/v0.0.42/job/submit")
+    env = sent["job"]["environment"]
+    assert env[0] == "PATH=/bin" and env[1].startswith("SUNK_JOB_TOKEN=sunk-job.")
+    assert rec.job_description is not None
+    assert not any("SUNK_JOB_TOKEN" in e for e in rec.job_description["environment"]), (
+        "the dashboard never shows the credential")
+    (patch,) = bed.kube.calls("PATCH", "/api/v1/namespaces/ns/pods/p")
+    assert patch == {"metadata": {"annotations": {
+        f"{PREFIX}job-id": "41", f"{PREFIX}pod-uid": "aaaa-0001", f"{PREFIX}rejected": None}}}
+    assert bed.cluster.jobs.by_uid == {"aaaa-0001": 41}
+    assert bed.cluster.assumed.annotations(pod())[f"{PREFIX}job-id"] == "41"
+
+
+async def test_a_refusal_slurm_repeats_rejects_the_pod(bed: Bed) -> None:
+    bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = slurm_error(
+        500, 2015, "Invalid account or account/partition combination specified")
+    rec = record()
+    await bed.executor.apply_pod(pod(), rec, [do.Submit(description())])
+    (patch,) = bed.kube.calls("PATCH")
+    assert patch["metadata"]["annotations"][f"{PREFIX}rejected"] == "SlurmRefused"
+    assert rec.rejected.startswith("SlurmRefused: Slurm refused the job")
+    await settle(bed)
+    (event,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/events")
+    assert event["reason"] == "SlurmRefused" and event["type"] == "Warning"
+
+
+async def test_an_outage_while_submitting_is_retried_and_told_on_powers_of_two(
+        bed: Bed) -> None:
+    bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = lambda r: httpx.Response(
+        503, text="slurmctld down")
+    for tries in (0, 1, 2, 3, 4):
+        with pytest.raises(SlurmError):
+            await bed.executor.apply_pod(pod(), record(), [do.Submit(description())],
+                                         tries=tries)
+    await settle(bed)
+    told = [e["message"] for e in bed.kube.calls("POST", "/api/v1/namespaces/ns/events")]
+    assert [m.split("(try ")[1].split(",")[0] for m in told] == ["1", "2", "3", "5"]
+    assert bed.kube.calls("PATCH") == [], "nothing is written while Slurm does not answer"
+
+
+async def test_a_submission_whose_answer_was_lost_is_adopted_not_repeated(bed: Bed) -> None:
+    answers = iter([httpx.Response(504, text="timeout")])
+    bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = lambda r: next(answers)
+    with pytest.raises(SlurmError):
+        await bed.executor.apply_pod(pod(), record(), [do.Submit(description())])
+    who = PodIdentity("ns", "p", "aaaa-0001", NAME)
+    raw = {"job_id": 7, "name": "sunk-ns-p", "job_state": ["PENDING"],
+           "extra": job_extra(who), "admin_comment": admin_comment(who)}
+    bed.slurm.routes[("GET", "/slurm/v0.0.42/jobs/state/")] = lambda r: httpx.Response(
+        200, json={"jobs": [{"job_id": 7, "state": ["PENDING"]}]})
+    bed.slurm.routes[("GET", "/slurm/v0.0.42/job/7")] = lambda r: httpx.Response(
+        200, json={"jobs": [raw]})
+    await bed.executor.apply_pod(pod(), record(), [do.Submit(description())])
+    assert len(bed.slurm.calls("POST", "/slurm/v0.0.42/job/submit")) == 1
+    (patch,) = bed.kube.calls("PATCH")
+    assert patch["metadata"]["annotations"][f"{PREFIX}job-id"] == "7"
+
+
+async def test_binding_names_the_pod_uid_and_is_assumed_until_watched(bed: Bed) -> None:
+    rec = record()
+    await bed.executor.apply_pod(pod(), rec, [do.Bind("node-a", "slurm-1", 41)])
+    (binding,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/pods/p/binding")
+    assert binding["metadata"]["uid"] == "aaaa-0001"
+    assert binding["target"] == {"apiVersion": "v1", "kind": "Node", "name": "node-a"}
+    assert bed.cluster.assumed.is_bound(pod()) and rec.k8s_node == "node-a"
+    await settle(bed)
+    (event,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/events")
+    assert event["reason"] == "Scheduled" and "job 41" in event["message"]
+
+
+async def test_an_annotation_written_is_not_written_again_before_the_watch_shows_it(
+        bed: Bed) -> None:
+    write = do.Annotate({f"{PREFIX}job-id": "5"})
+    await bed.executor.apply_pod(pod(), record(), [write])
+    await bed.executor.apply_pod(pod(), record(), [write])
+    assert len(bed.kube.calls("PATCH")) == 1
+    bed.cluster.assumed.observe("MODIFIED", pod(**{f"{PREFIX}job-id": "5"}))
+    await bed.executor.apply_pod(pod(), record(), [do.Annotate({f"{PREFIX}job-id": "6"})])
+    assert len(bed.kube.calls("PATCH")) == 2
+
+
+async def test_cancel_delete_and_retry(bed: Bed) -> None:
+    with pytest.raises(RetryLater):
+        await bed.executor.apply_pod(pod(), record(), [
+            do.CancelJob(41, "its Pod is being deleted"), do.DeletePod("job 41 timeout"),
+            do.RetryLater("no slurmd Pod"), do.CancelJob(99, "never reached")])
+    assert [p for m, p, _ in bed.slurm.seen] == ["/slurm/v0.0.42/job/41"]
+    (delete,) = bed.kube.calls("DELETE", "/api/v1/namespaces/ns/pods/p")
+    assert delete["preconditions"] == {"uid": "aaaa-0001"}
+
+
+async def test_ignored_annotations_and_replacements_are_remembered(bed: Bed) -> None:
+    await bed.executor.apply_pod(pod(), record(), [do.ReportIgnored("job-id: copied"),
+                                                   do.Replace(33)])
+    assert bed.executor.memory.told_ignored == {"aaaa-0001"}
+    assert bed.executor.memory.replaced == {"aaaa-0001": {33}}
+    bed.executor.memory.forget("aaaa-0001")
+    assert not bed.executor.memory.told_ignored and not bed.executor.memory.replaced
+    await settle(bed)
+    (event,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/events")
+    assert event["reason"] == "IgnoredAnnotations"
+
+
+# -- a node ------------------------------------------------------------------------------------
+
+NODE = {"metadata": {"name": "node-a", "uid": "node-uid", "resourceVersion": "17"},
+        "spec": {"taints": [{"key": "other", "effect": "NoSchedule"}]}}
+SLURMD = {"metadata": {"namespace": "slurm", "name": "slurmd-1", "uid": "slurmd-uid"}}
+FACTS = NodeFacts(slurm_node="slurm-1", k8s_node="node-a", slurm_info={"state": ["IDLE"]})
+
+
+async def apply_node(bed: Bed, *actions: do.NodeAction,
+                     pods: dict[str, dict[str, Any]] | None = None) -> None:
+    await bed.executor.apply_node(FACTS, NODE, SLURMD, actions,
+                                  pod_of=(pods or {}).get)
+
+
+async def test_the_lock_taint_is_a_compare_and_swap_that_keeps_other_taints(bed: Bed) -> None:
+    await apply_node(bed, do.SetLockTaint(True))
+    (patch,) = bed.kube.calls("PATCH", "/api/v1/nodes/node-a")
+    assert patch["metadata"] == {"resourceVersion": "17"}
+    assert [t["key"] for t in patch["spec"]["taints"]] == ["other", LOCK_KEY]
+    assert bed.cluster.assumed.has_taint(NODE, LOCK_KEY)
+
+
+async def test_a_refused_eviction_is_told_once_per_lock(bed: Bed) -> None:
+    bed.kube.routes[("POST", "/api/v1/namespaces/ns/pods/web/eviction")] = (
+        lambda r: httpx.Response(429, json={"message": "Cannot evict: disruption budget"}))
+    blocker = {"metadata": {"namespace": "ns", "name": "web", "uid": "w"}}
+    for _ in range(3):
+        await apply_node(bed, do.Evict("ns/web"), pods={"ns/web": blocker})
+    await settle(bed)
+    events = bed.kube.calls("POST", "/api/v1/namespaces/ns/events")
+    assert [e["reason"] for e in events] == ["EvictionRefused"]
+    assert "PodDisruptionBudget" in events[0]["message"]
+    await apply_node(bed, do.SetLockState(LockState.PENDING, LockState.FALSE))
+    await apply_node(bed, do.Evict("ns/web"), pods={"ns/web": blocker})
+    await settle(bed)
+    assert [e["reason"] for e in bed.kube.calls("POST", "/api/v1/namespaces/ns/events")
+            ].count("EvictionRefused") == 2, "a new lock tells it again"
+
+
+async def test_a_lock_state_is_written_on_the_slurmd_pod_and_heard(bed: Bed) -> None:
+    heard: list[str] = []
+    bed.executor.on_lock_changed = heard.append
+    await apply_node(bed, do.SetLockState(LockState.PENDING, LockState.LOCKED_STRICT))
+    (patch,) = bed.kube.calls("PATCH", "/api/v1/namespaces/slurm/pods/slurmd-1")
+    assert patch == {"metadata": {"annotations": {LOCK_KEY: "locked_strict"}}}
+    assert heard == ["slurm-1"]
+    assert bed.cluster.assumed.annotations(SLURMD)[LOCK_KEY] == "locked_strict"
+
+
+async def test_drain_resume_and_shown_state(bed: Bed) -> None:
+    await apply_node(bed, do.DrainSlurmNode("k8s: cordoned"), do.ResumeSlurmNode("uncordoned"))
+    assert bed.slurm.calls("POST", "/slurm/v0.0.42/node/slurm-1") == [
+        {"state": ["DRAIN"], "reason": "k8s: cordoned"}, {"state": ["RESUME"]}]
+    shown = {f"{PREFIX}slurm-state": "drain", f"{PREFIX}slurm-reason": "maintenance"}
+    await apply_node(bed, do.ShowSlurmState(shown, "drain", "maintenance", on_pod=False))
+    assert bed.kube.calls("PATCH", "/api/v1/namespaces/slurm/pods") == []
+    (patch,) = bed.kube.calls("PATCH", "/api/v1/nodes/node-a")
+    assert patch == {"metadata": {"annotations": shown}}
+    await settle(bed)
+    (event,) = bed.kube.calls("POST", "/api/v1/namespaces/default/events")
+    assert event["reason"] == "SlurmNodeDrain" and event["type"] == "Warning"
+
+
+def test_the_job_record_of_a_submission_is_its_pods() -> None:
+    who = PodIdentity("ns", "p", "aaaa-0001", NAME)
+    job = Job(job_id=3, name="", state="PENDING", extra=job_extra(who), nodes="", reason="")
+    assert job.owner == who and not job.started
