@@ -1,0 +1,172 @@
+"""What was written, until the watch shows it (sunk.assume.AssumeCache), on plain data."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sunk.assume import AssumeCache
+
+LOCK = "sunk.coreweave.com/lock"
+JOB = "sunk.coreweave.com/job-id"
+
+
+def obj(uid: str = "u1", annotations: Mapping[str, str] | None = None,
+        **spec: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "p", "namespace": "ns", "uid": uid}
+    if annotations is not None:
+        meta["annotations"] = dict(annotations)
+    return {"metadata": meta, "spec": spec}
+
+
+def taint(key: str = LOCK) -> dict[str, str]:
+    return {"key": key, "value": "true", "effect": "NoSchedule"}
+
+
+# -- annotations ----------------------------------------------------------------------------
+def test_an_object_reads_as_the_watch_shows_it_when_nothing_was_written() -> None:
+    cache = AssumeCache()
+    assert cache.annotations(obj(annotations={"a": "1"})) == {"a": "1"}
+    assert cache.annotations(obj()) == {}
+    assert cache.annotations({}) == {}
+    assert cache.pending_annotations("u1") == {}
+
+
+def test_written_annotations_are_seen_on_top_removals_too() -> None:
+    cache = AssumeCache()
+    cache.wrote_annotations("u1", {JOB: "7", "gone": None})
+    stale = obj(annotations={JOB: "3", "gone": "x", "kept": "y"})
+    assert cache.annotations(stale) == {JOB: "7", "kept": "y"}
+    assert cache.pending_annotations("u1") == {JOB: "7", "gone": None}
+    # The returned dict is a copy: the object is left as the watch gave it.
+    assert stale["metadata"]["annotations"] == {JOB: "3", "gone": "x", "kept": "y"}
+    # Another object is not affected.
+    assert cache.annotations(obj("u2", {JOB: "3"})) == {JOB: "3"}
+
+
+def test_later_writes_add_to_earlier_ones() -> None:
+    cache = AssumeCache()
+    cache.wrote_annotations("u1", {LOCK: "pending", "a": "1"})
+    cache.wrote_annotations("u1", {LOCK: "locked"})
+    assert cache.pending_annotations("u1") == {LOCK: "locked", "a": "1"}
+    assert cache.annotations(obj()) == {LOCK: "locked", "a": "1"}
+
+
+def test_written_annotations_are_dropped_once_the_watch_shows_them() -> None:
+    cache = AssumeCache()
+    cache.wrote_annotations("u1", {JOB: "7", "gone": None})
+    cache.observe("MODIFIED", obj(annotations={JOB: "3", "gone": "x"}))  # an older copy
+    assert cache.pending_annotations("u1") == {JOB: "7", "gone": None}
+    cache.observe("MODIFIED", obj(annotations={JOB: "7", "gone": "x"}))  # half of it
+    assert cache.pending_annotations("u1") == {JOB: "7", "gone": None}
+    cache.observe("MODIFIED", obj(annotations={JOB: "7", "other": "z"}))
+    assert cache.pending_annotations("u1") == {}
+    # From now on the watch alone is believed.
+    assert cache.annotations(obj(annotations={JOB: "9"})) == {JOB: "9"}
+
+
+def test_a_removal_is_confirmed_by_an_object_without_annotations() -> None:
+    cache = AssumeCache()
+    cache.wrote_annotations("u1", {"gone": None})
+    cache.observe("MODIFIED", obj())
+    assert cache.pending_annotations("u1") == {}
+
+
+def test_another_objects_event_confirms_nothing() -> None:
+    cache = AssumeCache()
+    cache.wrote_annotations("u1", {JOB: "7"})
+    cache.observe("MODIFIED", obj("u2", {JOB: "7"}))
+    assert cache.pending_annotations("u1") == {JOB: "7"}
+
+
+# -- bindings ---------------------------------------------------------------------------------
+def test_a_bind_is_assumed_until_the_pod_shows_its_node() -> None:
+    cache = AssumeCache()
+    pending = obj()
+    assert not cache.is_bound(pending)
+    cache.bound("u1")
+    assert cache.is_bound(pending)
+    assert not cache.is_bound(obj("u2"))
+    cache.observe("MODIFIED", pending)  # not yet
+    assert cache.is_bound(pending)
+    cache.observe("MODIFIED", obj(nodeName="n1"))
+    assert cache.is_bound(obj(nodeName="n1"))
+    assert not cache.is_bound(pending)  # no longer assumed: the watch is believed again
+
+
+def test_a_pod_with_a_node_is_bound_without_any_assumption() -> None:
+    assert AssumeCache().is_bound(obj(nodeName="n1"))
+    assert not AssumeCache().is_bound({})
+
+
+# -- the lock taint ---------------------------------------------------------------------------
+def test_the_lock_taint_is_read_from_the_node() -> None:
+    cache = AssumeCache()
+    assert cache.has_taint(obj("n", taints=[taint("other"), taint()]), LOCK)
+    assert not cache.has_taint(obj("n", taints=[taint("other")]), LOCK)
+    assert not cache.has_taint(obj("n"), LOCK)
+
+
+def test_the_lock_taint_is_assumed_until_the_node_shows_it() -> None:
+    cache = AssumeCache()
+    bare, tainted = obj("n"), obj("n", taints=[taint()])
+    cache.set_taint("n", LOCK, True)
+    assert cache.has_taint(bare, LOCK)
+    assert not cache.has_taint(bare, "other")  # only that key is assumed
+    cache.observe("MODIFIED", bare)
+    assert cache.has_taint(bare, LOCK)
+    cache.observe("MODIFIED", tainted)
+    assert not cache.has_taint(bare, LOCK)  # confirmed, so no longer assumed
+
+
+def test_a_removed_taint_is_assumed_gone_until_the_node_shows_it() -> None:
+    cache = AssumeCache()
+    bare, tainted = obj("n"), obj("n", taints=[taint()])
+    cache.set_taint("n", LOCK, False)
+    assert not cache.has_taint(tainted, LOCK)
+    cache.observe("MODIFIED", tainted)
+    assert not cache.has_taint(tainted, LOCK)
+    cache.observe("MODIFIED", bare)
+    assert cache.has_taint(tainted, LOCK)
+
+
+def test_the_last_taint_write_wins() -> None:
+    cache = AssumeCache()
+    cache.set_taint("n", LOCK, True)
+    cache.set_taint("n", LOCK, False)
+    assert not cache.has_taint(obj("n", taints=[taint()]), LOCK)
+
+
+# -- forgetting -------------------------------------------------------------------------------
+def written() -> AssumeCache:
+    cache = AssumeCache()
+    cache.wrote_annotations("u1", {JOB: "7"})
+    cache.bound("u1")
+    cache.set_taint("u1", LOCK, True)
+    cache.wrote_annotations("u2", {JOB: "8"})
+    cache.bound("u2")
+    return cache
+
+
+def assert_forgot_u1_only(cache: AssumeCache) -> None:
+    assert cache.pending_annotations("u1") == {}
+    assert cache.annotations(obj(annotations={JOB: "3"})) == {JOB: "3"}
+    assert not cache.is_bound(obj())
+    assert not cache.has_taint(obj(), LOCK)
+    assert cache.pending_annotations("u2") == {JOB: "8"}
+    assert cache.is_bound(obj("u2"))
+
+
+def test_deleted_forgets_everything_of_that_uid() -> None:
+    cache = written()
+    cache.observe("DELETED", obj(annotations={JOB: "3"}))
+    assert_forgot_u1_only(cache)
+
+
+def test_forget() -> None:
+    cache = written()
+    cache.forget("u1")
+    assert_forgot_u1_only(cache)
+    cache.forget("u1")  # twice is fine
+    cache.forget("never-seen")
+    assert cache.pending_annotations("u2") == {JOB: "8"}

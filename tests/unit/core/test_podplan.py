@@ -1,0 +1,387 @@
+"""One Pod and its job -> actions (sunk.podplan), on plain data."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from sunk import actions as do
+from sunk import ownership, translate
+from sunk.decide import JobView, PodView
+from sunk.ownership import Keys, Ownership
+from sunk.placement import NodeInfo, Snapshot
+from sunk.podplan import MAX_RESUBMITS, PodFacts, plan_deleted, plan_pod, plan_submission
+from sunk.policy import Decision, Violation
+
+PREFIX = "sunk.coreweave.com/"
+KEYS = Keys.with_prefix(PREFIX)
+UID = "uid-1"
+RUNNING_STARTED = JobView(state="RUNNING", started=True, node="h1")
+
+
+def facts(view: PodView | None = None, job: JobView | None = None,
+          owned: Ownership | None = None, *, k8s_node: str | None = None,
+          told_ignored: bool = False, replaced: frozenset[int] = frozenset()) -> PodFacts:
+    return PodFacts("ns/p", view or PodView(), owned or Ownership(), job, k8s_node=k8s_node,
+                    told_ignored=told_ignored, replaced=replaced)
+
+
+def read(annotations: Mapping[str, str], *, proven: int | None = None) -> Ownership:
+    return ownership.read(annotations, UID, KEYS, proven=proven, owner_of={})
+
+
+def test_max_resubmits_is_three() -> None:
+    assert MAX_RESUBMITS == 3
+
+
+# -- annotations only the scheduler writes ------------------------------------------------------
+def test_ignored_annotations_are_reported_and_the_pod_scheduled_from_scratch() -> None:
+    owned = read({KEYS.job_id: "abc"})
+    assert owned.job_id is None
+    plan = plan_pod(facts(owned=owned))
+    assert plan == do.Plan((do.ReportIgnored(
+        "only the scheduler writes these, for this Pod alone: "
+        f"{PREFIX}job-id: 'abc' is not a Slurm job id. The Pod is scheduled from scratch."),),
+        submit=True)
+
+
+def test_every_ignored_annotation_is_named_in_one_report() -> None:
+    owned = read({KEYS.job_id: "x", KEYS.rejected: "Denied", KEYS.pod_uid: "other"})
+    (report,) = plan_pod(facts(owned=owned)).actions
+    assert report == do.ReportIgnored(
+        "only the scheduler writes these, for this Pod alone: "
+        f"{PREFIX}job-id: 'x' is not a Slurm job id; "
+        f"{PREFIX}rejected: not written by the scheduler for this Pod (copied from another "
+        "Pod?); checking the Pod again; "
+        f"{PREFIX}pod-uid: 'other' is not this Pod's uid. The Pod is scheduled from scratch.")
+
+
+def test_ignored_annotations_name_the_proven_job_and_are_rewritten() -> None:
+    owned = read({KEYS.job_id: "7", KEYS.pod_uid: UID}, proven=12)
+    plan = plan_pod(facts(PodView(job_id=12), JobView(state="PENDING"), owned))
+    assert plan == do.Plan((
+        do.ReportIgnored("only the scheduler writes these, for this Pod alone: "
+                         f"{PREFIX}job-id: '7' is not this Pod's job; Slurm ties job 12 to it. "
+                         "Its job is 12."),
+        do.Annotate({KEYS.job_id: "12", KEYS.pod_uid: UID, KEYS.rejected: None},
+                    note="adopted job 12"),
+    ))
+
+
+def test_ignored_annotations_are_reported_once() -> None:
+    owned = read({KEYS.job_id: "abc"})
+    assert plan_pod(facts(owned=owned, told_ignored=True)) == do.Plan((), submit=True)
+    owned = read({KEYS.job_id: "7", KEYS.pod_uid: UID}, proven=12)
+    plan = plan_pod(facts(PodView(job_id=12), JobView(state="PENDING"), owned,
+                          told_ignored=True))
+    assert [type(a) for a in plan.actions] == [do.Annotate]
+
+
+# -- submitting ------------------------------------------------------------------------------
+def test_a_pod_without_a_job_is_submitted() -> None:
+    assert plan_pod(facts()) == do.Plan((), submit=True)
+    assert plan_pod(facts(PodView(phase="Pending"))).submit
+
+
+@pytest.mark.parametrize(("job", "replaced", "what", "try_"), [
+    (None, frozenset(), "job 7 was lost by Slurm before it ran", 1),
+    (JobView(state="FAILED"), frozenset({3}), "job 7 failed before it started", 2),
+    (JobView(state="NODE_FAIL"), frozenset({3, 5}), "job 7 node_fail before it started", 3),
+    (JobView(state="BOOT_FAIL"), frozenset(), "job 7 boot_fail before it started", 1),
+])
+def test_a_lost_job_is_replaced(job: JobView | None, replaced: frozenset[int], what: str,
+                                try_: int) -> None:
+    plan = plan_pod(facts(PodView(job_id=7), job, replaced=replaced))
+    assert plan == do.Plan((
+        do.Replace(7),
+        do.PodEvent("SlurmJobLost", f"{what}; submitting a new one (try {try_} of 3)",
+                    warning=True),
+    ), submit=True)
+
+
+def test_a_lost_job_already_replaced_is_not_counted_again() -> None:
+    assert plan_pod(facts(PodView(job_id=7), None, replaced=frozenset({5, 7}))) == do.Plan(
+        (), submit=True)
+    # Even at the bound: the third replacement's retry is not a fourth lost job.
+    assert plan_pod(facts(PodView(job_id=7), None, replaced=frozenset({1, 2, 7}))) == do.Plan(
+        (), submit=True)
+
+
+@pytest.mark.parametrize(("job", "what"), [
+    (None, "job 7 was lost by Slurm before it ran"),
+    (JobView(state="FAILED"), "job 7 failed before it started"),
+])
+def test_the_fourth_lost_job_deletes_the_pod(job: JobView | None, what: str) -> None:
+    plan = plan_pod(facts(PodView(job_id=7), job, replaced=frozenset({1, 2, 3})))
+    assert plan == do.Plan((do.DeletePod(f"{what}, the 4th lost job"),))
+    assert not plan.submit
+
+
+def test_the_report_comes_before_a_replacement_or_a_deletion() -> None:
+    owned = read({KEYS.rejected: "Copied"})
+    report = do.ReportIgnored(
+        "only the scheduler writes these, for this Pod alone: "
+        f"{PREFIX}rejected: not written by the scheduler for this Pod (copied from another "
+        "Pod?); checking the Pod again. The Pod is scheduled from scratch.")
+    replaced = plan_pod(facts(PodView(job_id=7), None, owned))
+    assert replaced.actions[0] == report
+    assert [type(a) for a in replaced.actions] == [do.ReportIgnored, do.Replace, do.PodEvent]
+    deleted = plan_pod(facts(PodView(job_id=7), None, owned, replaced=frozenset({1, 2, 3})))
+    assert deleted == do.Plan((report, do.DeletePod(
+        "job 7 was lost by Slurm before it ran, the 4th lost job")))
+
+
+# -- adoption ---------------------------------------------------------------------------------
+def test_an_adopted_job_is_written_onto_the_pod() -> None:
+    owned = read({}, proven=12)
+    assert owned.ignored == {}
+    plan = plan_pod(facts(PodView(job_id=12), JobView(state="PENDING"), owned))
+    assert plan == do.Plan((do.Annotate(
+        {KEYS.job_id: "12", KEYS.pod_uid: UID, KEYS.rejected: None}, note="adopted job 12"),))
+
+
+def test_nothing_is_written_without_a_job_id() -> None:
+    # A bound Pod without a job: its bad annotations are reported, not rewritten.
+    owned = read({KEYS.job_id: "abc"})
+    assert owned.write == {KEYS.job_id: None}
+    plan = plan_pod(facts(PodView(phase="Running", bound=True), None, owned))
+    assert [type(a) for a in plan.actions] == [do.ReportIgnored]
+    assert not plan.submit
+
+
+def test_nothing_is_written_when_the_annotations_show_the_job() -> None:
+    owned = read({KEYS.job_id: "12", KEYS.pod_uid: UID}, proven=12)
+    assert owned == Ownership(job_id=12)
+    assert plan_pod(facts(PodView(job_id=12), JobView(state="PENDING"), owned)) == do.Plan()
+
+
+# -- binding ----------------------------------------------------------------------------------
+def test_a_started_job_binds_its_pod_to_the_node_of_its_slurm_node() -> None:
+    plan = plan_pod(facts(PodView(job_id=7), RUNNING_STARTED, k8s_node="n1"))
+    assert plan == do.Plan((do.Bind("n1", "h1", 7),))
+
+
+def test_an_adopted_job_is_written_before_the_bind() -> None:
+    plan = plan_pod(facts(PodView(job_id=12), RUNNING_STARTED, read({}, proven=12),
+                          k8s_node="n1"))
+    assert plan == do.Plan((
+        do.Annotate({KEYS.job_id: "12", KEYS.pod_uid: UID, KEYS.rejected: None},
+                    note="adopted job 12"),
+        do.Bind("n1", "h1", 12),
+    ))
+
+
+def test_a_slurm_node_without_a_kubernetes_node_is_waited_for() -> None:
+    plan = plan_pod(facts(PodView(job_id=7), RUNNING_STARTED, k8s_node=None))
+    assert plan == do.Plan((
+        do.PodEvent("NoNodeForSlurmNode", "no slurmd Pod has hostname h1; waiting",
+                    warning=True),
+        do.RetryLater("Slurm node h1 has no slurmd Pod"),
+    ))
+
+
+# -- cancelling the job, deleting the Pod --------------------------------------------------------
+@pytest.mark.parametrize(("view", "job", "why"), [
+    (PodView(job_id=7, deleting=True), RUNNING_STARTED, "its Pod is being deleted"),
+    (PodView(job_id=7, deleting=True), JobView(state="PENDING"), "its Pod is being deleted"),
+    (PodView(job_id=7, deleting=True, bound=True, phase="Succeeded"), RUNNING_STARTED,
+     "its Pod is being deleted"),
+    (PodView(job_id=7, bound=True, phase="Succeeded"), RUNNING_STARTED, "its Pod is succeeded"),
+    (PodView(job_id=7, bound=True, phase="Failed"), RUNNING_STARTED, "its Pod is failed"),
+])
+def test_the_job_of_a_pod_going_or_done_is_cancelled(view: PodView, job: JobView,
+                                                     why: str) -> None:
+    assert plan_pod(facts(view, job, k8s_node="n1")) == do.Plan((do.CancelJob(7, why),))
+
+
+@pytest.mark.parametrize(("view", "job", "why"), [
+    (PodView(job_id=7, bound=True, phase="Running"), JobView(state="CANCELLED"),
+     "job 7 cancelled"),
+    (PodView(job_id=7, bound=True, phase="Running"), JobView(state="TIMEOUT"), "job 7 timeout"),
+    (PodView(job_id=7), JobView(state="COMPLETED"), "job 7 completed"),
+    (PodView(job_id=7), JobView(state="FAILED", started=True), "job 7 failed"),
+    (PodView(job_id=7, bound=True, phase="Running"), None, "job 7 no longer exists in Slurm"),
+])
+def test_a_pod_whose_job_ended_is_deleted(view: PodView, job: JobView | None, why: str) -> None:
+    assert plan_pod(facts(view, job)) == do.Plan((do.DeletePod(why),))
+
+
+@pytest.mark.parametrize(("view", "job"), [
+    (PodView(job_id=7), JobView(state="PENDING")),                        # WAIT
+    (PodView(job_id=7), JobView(state="RUNNING", started=False, node="h1")),  # WAIT
+    (PodView(job_id=7, bound=True, phase="Running"), RUNNING_STARTED),    # NOTHING
+    (PodView(rejected=True), None),                                       # NOTHING
+    (PodView(phase="Running", bound=True), None),                         # NOTHING
+    (PodView(job_id=7, deleting=True), JobView(state="COMPLETED")),       # NOTHING
+    (PodView(job_id=7, bound=True, phase="Succeeded"), None),              # NOTHING
+])
+def test_waiting_or_nothing_to_do_gives_no_actions(view: PodView, job: JobView | None) -> None:
+    assert plan_pod(facts(view, job, k8s_node="n1")) == do.Plan()
+
+
+@pytest.mark.parametrize(("job", "expected"), [
+    (RUNNING_STARTED, (do.CancelJob(7, "its Pod was deleted"),)),
+    (JobView(state="PENDING"), (do.CancelJob(7, "its Pod was deleted"),)),
+    (JobView(state="COMPLETED"), ()),
+    (JobView(state="CANCELLED"), ()),
+    (None, ()),
+])
+def test_plan_deleted(job: JobView | None, expected: tuple[do.CancelJob, ...]) -> None:
+    assert plan_deleted(7, job) == expected
+
+
+# -- plan_submission ----------------------------------------------------------------------------
+SETTINGS = translate.TranslateSettings(scheduler_name="sunk", placeholder_script="/opt/p.sh")
+TAINTED = {"key": "gpu-broken", "value": "true", "effect": "NoSchedule"}
+SNAP = Snapshot(
+    slurm_to_k8s={"h1": "n1", "t1": "n-tainted", "c1": "n-cordoned"},
+    nodes={"n1": NodeInfo("n1"), "n-tainted": NodeInfo("n-tainted", taints=(TAINTED,)),
+           "n-cordoned": NodeInfo("n-cordoned", unschedulable=True)})
+ALLOW = Decision()
+
+
+def pod(requests: Mapping[str, str] | None = None, annotations: Mapping[str, str] | None = None,
+        uid: str | None = UID) -> dict[str, Any]:
+    meta: dict[str, Any] = {"namespace": "ns", "name": "p", "annotations": dict(annotations or {})}
+    if uid is not None:
+        meta["uid"] = uid
+    return {"metadata": meta,
+            "spec": {"containers": [{"name": "c", "resources": {"requests": dict(
+                requests or {"cpu": "1", "memory": "1Gi"})}}]}}
+
+
+def submit(p: Mapping[str, Any], decision: Decision = ALLOW, snap: Snapshot = SNAP, *,
+           first_try: bool = True) -> tuple[do.PodAction, ...]:
+    return plan_submission(p, decision, snap, SETTINGS, annotation_prefix=PREFIX,
+                           first_try=first_try)
+
+
+def test_a_good_pod_is_submitted_with_its_job_description() -> None:
+    p = pod()
+    (action,) = submit(p)
+    assert action == do.Submit(translate.job_description(p, {}, SNAP, SETTINGS))
+    assert isinstance(action, do.Submit)
+    assert action.description["cpus_per_task"] == 1
+    assert action.description["excluded_nodes"] == ["c1", "t1"]
+
+
+def test_the_policies_mappings_go_into_the_job() -> None:
+    decision = Decision(mappings={"partition": "high", "required_nodes": ["h1"]})
+    (action,) = submit(pod(), decision)
+    assert isinstance(action, do.Submit)
+    assert action.description["partition"] == "high"
+    assert action.description["required_nodes"] == ["h1"]
+
+
+WARNED = Decision(warnings=(Violation("gpu-quota", "NearQuota", "9 of 10 GPUs"),),
+                  mappings={"account": "a"})
+MISSPELT = {f"{PREFIX}prioritty": "5", f"{PREFIX}banana": "x", "other.io/prioritty": "1",
+            f"{PREFIX}priority": "5"}
+FIRST_TRY_EVENTS = (
+    do.PodEvent("UnknownAnnotation", f"{PREFIX}banana is not an annotation sunk reads; it is "
+                "ignored", warning=True),
+    do.PodEvent("UnknownAnnotation", f"{PREFIX}prioritty is not an annotation sunk reads; it is "
+                f"ignored (did you mean {PREFIX}priority?)", warning=True),
+    do.PodEvent("NearQuota", "gpu-quota: 9 of 10 GPUs", warning=True),
+)
+
+
+def test_unknown_annotations_and_warnings_are_told_on_the_first_try_only() -> None:
+    p = pod(annotations=MISSPELT)
+    job = translate.job_description(p, {"account": "a"}, SNAP, SETTINGS)
+    assert submit(p, WARNED) == (*FIRST_TRY_EVENTS, do.Submit(job))
+    assert submit(p, WARNED, first_try=False) == (do.Submit(job),)
+
+
+def test_a_denial_rejects_the_pod_with_the_decisions_reason_and_message() -> None:
+    denied = Decision(denials=(Violation("gpu-quota", "OverQuota", "11 of 10 GPUs"),
+                               Violation("naming", "BadName", "p is too short")),
+                      warnings=WARNED.warnings)
+    reject = do.Reject("OverQuota", "gpu-quota: 11 of 10 GPUs\nnaming: p is too short")
+    p = pod(annotations=MISSPELT)
+    assert submit(p, denied) == (*FIRST_TRY_EVENTS, reject)
+    assert submit(p, denied, first_try=False) == (reject,)
+
+
+def test_a_denial_without_a_reason_is_policy_denied() -> None:
+    denied = Decision(denials=(Violation("gpu-quota", "", "no"),))
+    assert submit(pod(), denied) == (do.Reject("PolicyDenied", "gpu-quota: no"),)
+
+
+def test_a_denial_is_not_translated(monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*args: object) -> dict[str, Any]:
+        raise AssertionError("translated a denied Pod")
+
+    monkeypatch.setattr(translate, "job_description", boom)
+    denied = Decision(denials=(Violation("v", "R", "m"),))
+    assert submit(pod(), denied) == (do.Reject("R", "v: m"),)
+
+
+def test_an_unschedulable_pod_is_rejected_with_its_reason() -> None:
+    decision = Decision(mappings={"required_nodes": ["t1"]})
+    assert submit(pod(), decision) == (do.Reject(
+        "PlacementConflict",
+        "required node(s) excluded (t1: taint gpu-broken=true:NoSchedule): Slurm would refuse "
+        "the job ('Invalid node name specified'); change the Pod"),)
+
+
+def test_a_bad_quantity_rejects_the_pod() -> None:
+    assert submit(pod({"cpu": "lots"})) == (do.Reject("InvalidPod", "invalid quantity 'lots'"),)
+
+
+def test_a_missing_field_rejects_the_pod() -> None:
+    assert submit(pod(uid=None)) == (do.Reject("InvalidPod", "'uid'"),)
+
+
+def test_a_mapping_of_the_wrong_type_rejects_the_pod() -> None:
+    (action,) = submit(pod(), Decision(mappings={"priority": ["1"]}))
+    assert isinstance(action, do.Reject) and action.reason == "InvalidPod"
+    assert action.message.startswith("int() argument must be")
+
+
+def test_a_required_node_that_is_cordoned_is_looked_at_again() -> None:
+    decision = Decision(mappings={"required_nodes": ["c1"]})
+    assert submit(pod(), decision) == (do.RetryLater(
+        "required node(s) not usable yet (c1: unschedulable (cordoned)); waiting"),)
+
+
+def test_a_retry_keeps_the_first_try_events_before_it() -> None:
+    decision = Decision(warnings=WARNED.warnings, mappings={"required_nodes": ["c1"]})
+    actions = submit(pod(annotations=MISSPELT), decision)
+    assert actions[:-1] == FIRST_TRY_EVENTS
+    assert isinstance(actions[-1], do.RetryLater)
+
+
+@pytest.mark.parametrize(("error", "expected"), [
+    (translate.Unschedulable("TooBig", "no node has 99 GPUs"),
+     do.Reject("TooBig", "no node has 99 GPUs")),
+    (ValueError("bad"), do.Reject("InvalidPod", "bad")),
+    (KeyError("metadata"), do.Reject("InvalidPod", "'metadata'")),
+    (TypeError("not a list"), do.Reject("InvalidPod", "not a list")),
+    (LookupError("node c1 is cordoned"), do.RetryLater("node c1 is cordoned")),
+    (IndexError("gone"), do.RetryLater("gone")),
+])
+def test_each_kind_of_translate_error(monkeypatch: pytest.MonkeyPatch, error: Exception,
+                                      expected: do.PodAction) -> None:
+    seen: list[tuple[object, ...]] = []
+
+    def fail(*args: object) -> dict[str, Any]:
+        seen.append(args)
+        raise error
+
+    monkeypatch.setattr(translate, "job_description", fail)
+    p = pod()
+    decision = Decision(mappings={"account": "a"})
+    assert submit(p, decision) == (expected,)
+    assert seen == [(p, decision.mappings, SNAP, SETTINGS)]
+
+
+def test_any_other_error_is_not_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(*args: object) -> dict[str, Any]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(translate, "job_description", fail)
+    with pytest.raises(RuntimeError, match="a bug"):
+        submit(pod())
