@@ -16,12 +16,20 @@ from typing import Any
 class AssumeCache:
     def __init__(self) -> None:
         self._annotations: dict[str, dict[str, str | None]] = {}
+        #: uid -> the resourceVersion the API server gave our newest write of annotations.
+        self._written_at: dict[str, int] = {}
         self._bound: set[str] = set()
         self._taints: dict[str, tuple[str, bool]] = {}
 
     # -- what was written ------------------------------------------------------------------
-    def wrote_annotations(self, uid: str, annotations: Mapping[str, str | None]) -> None:
+    def wrote_annotations(self, uid: str, annotations: Mapping[str, str | None],
+                          resource_version: str = "") -> None:
+        """``resource_version``: the object's, as the write's answer gave it. Once the watch
+        shows that version or a later one, the watch is right, even if someone else changed
+        the annotations since (compared as integers, as kube-scheduler's assume cache does)."""
         self._annotations.setdefault(uid, {}).update(annotations)
+        if resource_version.isdigit():
+            self._written_at[uid] = int(resource_version)
 
     def bound(self, uid: str) -> None:
         self._bound.add(uid)
@@ -32,6 +40,7 @@ class AssumeCache:
     def forget(self, uid: str) -> None:
         """A write failed, or the object is gone: trust the watch again."""
         self._annotations.pop(uid, None)
+        self._written_at.pop(uid, None)
         self._bound.discard(uid)
         self._taints.pop(uid, None)
 
@@ -72,8 +81,12 @@ class AssumeCache:
         written = self._annotations.get(uid)
         if written is not None:
             have = meta.get("annotations") or {}
-            if all(have.get(k) == v for k, v in written.items()):
+            seen = str(meta.get("resourceVersion", ""))
+            caught_up = uid in self._written_at and seen.isdigit() and (
+                int(seen) >= self._written_at[uid])
+            if caught_up or all(have.get(k) == v for k, v in written.items()):
                 del self._annotations[uid]
+                self._written_at.pop(uid, None)
         if (obj.get("spec") or {}).get("nodeName"):
             self._bound.discard(uid)
         taint = self._taints.get(uid)

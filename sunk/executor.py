@@ -120,8 +120,8 @@ class Executor:
         pending = self.cluster.assumed.pending_annotations(meta["uid"])
         if pending and all(pending.get(k, ...) == v for k, v in annotations.items()):
             return  # written already; the watch has not brought it back yet
-        await self.kube.annotate("pods", meta["namespace"], meta["name"], annotations)
-        self.cluster.assumed.wrote_annotations(meta["uid"], annotations)
+        version = await self.kube.annotate("pods", meta["namespace"], meta["name"], annotations)
+        self.cluster.assumed.wrote_annotations(meta["uid"], annotations, version)
 
     async def _submit(self, pod: kube.Obj, record: PodRecord, job: dict[str, Any], *,
                       tries: int) -> None:
@@ -232,8 +232,9 @@ class Executor:
 
     async def _annotate(self, obj: kube.Obj, kind: str, annotations: Any) -> None:
         meta = obj["metadata"]
-        await self.kube.annotate(kind, meta.get("namespace"), meta["name"], annotations)
-        self.cluster.assumed.wrote_annotations(meta.get("uid", ""), annotations)
+        version = await self.kube.annotate(kind, meta.get("namespace"), meta["name"],
+                                           annotations)
+        self.cluster.assumed.wrote_annotations(meta.get("uid", ""), annotations, version)
 
     def node_event(self, node: kube.Obj, reason: str, message: str, *,
                    warning: bool = False) -> None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Obj = dict[str, Any]
+#: Pod phases after which a slurmd Pod runs nothing.
+ENDED = frozenset({"Failed", "Succeeded"})
 
 
 @dataclass(frozen=True)
@@ -25,16 +27,18 @@ class NodeIndex:
 
     @classmethod
     def build(cls, slurmd_pods: Iterable[Obj]) -> NodeIndex:
+        """A slurmd Pod being deleted, or ended (Failed, Succeeded), holds no Slurm node: a
+        new one with the same hostname may already run elsewhere."""
         slurmd: dict[str, Obj] = {}
-        to_k8s: dict[str, str] = {}
-        from_k8s: dict[str, list[str]] = {}
         for pod in slurmd_pods:
-            spec = pod.get("spec") or {}
-            hostname, node = spec.get("hostname"), spec.get("nodeName")
-            if not hostname or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            hostname = (pod.get("spec") or {}).get("hostname")
+            if not hostname or (pod.get("metadata") or {}).get("deletionTimestamp") or (
+                    (pod.get("status") or {}).get("phase") in ENDED):
                 continue
             slurmd[hostname] = pod
-            if node:
-                to_k8s[hostname] = node
-                from_k8s.setdefault(node, []).append(hostname)
+        to_k8s = {name: node for name, pod in slurmd.items()
+                  if (node := (pod.get("spec") or {}).get("nodeName"))}
+        from_k8s: dict[str, list[str]] = {}
+        for name, node in to_k8s.items():
+            from_k8s.setdefault(node, []).append(name)
         return cls(slurmd, to_k8s, {k: tuple(sorted(v)) for k, v in from_k8s.items()})

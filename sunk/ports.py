@@ -17,7 +17,9 @@ Obj = dict[str, Any]
 
 class KubePort(Protocol):
     async def annotate(self, kind: str, namespace: str | None, name: str,
-                       annotations: Mapping[str, str | None]) -> None: ...
+                       annotations: Mapping[str, str | None]) -> str:
+        """Merge-patch annotations (None removes one); the object's new resourceVersion."""
+        ...
 
     async def bind(self, pod: Obj, node: str) -> None: ...
 
@@ -51,8 +53,9 @@ class KubeAPI:
         self.component = component
 
     async def annotate(self, kind: str, namespace: str | None, name: str,
-                       annotations: Mapping[str, str | None]) -> None:
-        await kube.annotate(self.api, kind, namespace, name, dict(annotations))
+                       annotations: Mapping[str, str | None]) -> str:
+        patched = await kube.annotate(self.api, kind, namespace, name, dict(annotations))
+        return str((patched.get("metadata") or {}).get("resourceVersion", ""))
 
     async def bind(self, pod: Obj, node: str) -> None:
         await kube.bind(self.api, pod, node)

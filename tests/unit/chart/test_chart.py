@@ -190,6 +190,8 @@ def test_the_whole_grant_is_exactly_what_the_code_uses(helm: Path) -> None:
         ("ClusterRole", None, "nodes", "list", None),
         ("ClusterRole", None, "nodes", "watch", None),
         ("ClusterRole", None, "nodes", "patch", None),
+        ("ClusterRole", None, "namespaces", "list", None),
+        ("ClusterRole", None, "namespaces", "watch", None),
         ("ClusterRole", None, "pods", "list", None),
         ("ClusterRole", None, "pods", "watch", None),
         ("ClusterRole", None, "pods/eviction", "create", None),
@@ -211,10 +213,12 @@ def test_the_whole_grant_is_exactly_what_the_code_uses(helm: Path) -> None:
     }
 
 
-def test_without_the_syncer_nothing_cluster_wide_but_reading_nodes(helm: Path) -> None:
+def test_without_the_syncer_nothing_cluster_wide_but_reading_nodes_and_namespaces(
+        helm: Path) -> None:
     objects = render(helm, {"scheduler.components": ["scheduler"]})
     cluster = {(r, v) for k, _, r, v, _ in rules(objects) if k == "ClusterRole"}
-    assert cluster == {("nodes", "list"), ("nodes", "watch")}
+    assert cluster == {("nodes", "list"), ("nodes", "watch"), ("namespaces", "list"),
+                       ("namespaces", "watch")}
     assert {(r, v) for _, ns, r, v, _ in rules(objects) if ns == "slurm" and r == "pods"} >= {
         ("pods", "list"), ("pods", "watch")}
     assert "--components=scheduler" in args(objects)

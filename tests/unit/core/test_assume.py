@@ -170,3 +170,16 @@ def test_forget() -> None:
     cache.forget("u1")  # twice is fine
     cache.forget("never-seen")
     assert cache.pending_annotations("u2") == {JOB: "8"}
+
+
+def test_a_later_change_by_someone_else_ends_the_assumption() -> None:
+    cache = AssumeCache()
+    cache.wrote_annotations("u1", {"a": "ours"}, resource_version="120")
+    older = {"metadata": {"uid": "u1", "resourceVersion": "119", "annotations": {}}}
+    cache.observe("MODIFIED", older)
+    assert cache.annotations(older) == {"a": "ours"}, "an event from before our write"
+    overwritten = {"metadata": {"uid": "u1", "resourceVersion": "121",
+                                "annotations": {"a": "theirs"}}}
+    cache.observe("MODIFIED", overwritten)
+    assert cache.annotations(overwritten) == {"a": "theirs"}
+    assert cache.pending_annotations("u1") == {}

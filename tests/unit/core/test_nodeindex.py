@@ -68,3 +68,13 @@ def test_several_slurm_nodes_on_one_node_are_listed_sorted() -> None:
 def test_the_index_takes_any_iterable_once() -> None:
     index = NodeIndex.build(iter([slurmd("a", "h1", "n1")]))
     assert index.to_k8s == {"h1": "n1"}
+
+
+def test_an_ended_slurmd_pod_never_shadows_the_live_one_with_its_hostname() -> None:
+    old = {"metadata": {"name": "old", "uid": "1"}, "spec": {"hostname": "h1", "nodeName": "n1"},
+           "status": {"phase": "Failed"}}
+    new = {"metadata": {"name": "new", "uid": "2"}, "spec": {"hostname": "h1", "nodeName": "n2"}}
+    for order in ([old, new], [new, old]):
+        index = NodeIndex.build(order)
+        assert index.slurmd["h1"] is new
+        assert index.to_k8s == {"h1": "n2"} and index.from_k8s == {"n2": ("h1",)}
