@@ -362,6 +362,51 @@ async def test_editing_the_policies_configmap_changes_behaviour_without_a_restar
     assert all(r.alive() for r in release.replicas.values())
 
 
+FROZEN_LABEL = "sunk-test/frozen"
+FROZEN_POLICY = f"""\
+apiVersion: sunk.coreweave.com/v1alpha1
+kind: SchedulingPolicy
+metadata:
+  name: frozen-namespace
+spec:
+  validations:
+    - expression: >-
+        namespaceObject == null || !has(namespaceObject.metadata.labels)
+        || !('{FROZEN_LABEL}' in namespaceObject.metadata.labels)
+      reason: NamespaceFrozen
+      messageExpression: "'namespace ' + namespaceObject.metadata.name + ' is frozen'"
+"""
+
+
+async def test_policies_see_the_pods_namespace(release: Release, kube: Client) -> None:
+    """namespaceObject is the Pod's Namespace as the API server has it (the chart grants
+    reading Namespaces): a label on the Namespace, not on the Pod, decides."""
+    ns = release.watched[1]
+    url = f"configmaps/{RELEASE}-policies"
+    merge = {"Content-Type": "application/merge-patch+json"}
+    await call(kube, "PATCH", url, namespace=release.namespace, headers=merge,
+               json={"data": {"50-frozen.yaml": FROZEN_POLICY}})
+    await call(kube, "PATCH", f"namespaces/{ns}", headers=merge,
+               json={"metadata": {"labels": {FROZEN_LABEL: "yes"}}})
+    try:
+        await asyncio.sleep(1)  # the policy and the Namespace's label reach the caches
+        await create(kube, pod_manifest("frozen", ns, release.scheduler))
+
+        async def rejected() -> str | None:
+            pod = await get_pod(kube, ns, "frozen")
+            return ((pod or {}).get("metadata", {}).get("annotations") or {}).get(REJECTED)
+
+        assert await eventually(rejected, within=30) == "NamespaceFrozen"
+        await call(kube, "PATCH", f"namespaces/{ns}", headers=merge,
+                   json={"metadata": {"labels": {FROZEN_LABEL: None}}})
+        await asyncio.sleep(1)
+        await create(kube, pod_manifest("thawed", ns, release.scheduler))
+        await wait_bound(kube, ns, "thawed", within=60)
+    finally:
+        await call(kube, "PATCH", url, namespace=release.namespace, headers=merge,
+                   json={"data": {"50-frozen.yaml": None}})
+
+
 async def test_killing_the_leader_hands_over_and_every_pod_gets_exactly_one_job(
         release: Release, kube: Client, slurm: httpx.AsyncClient,
         testbed: cluster.Testbed) -> None:
