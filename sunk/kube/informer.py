@@ -81,6 +81,8 @@ class Informer:
                   "allowWatchBookmarks": "true", "timeoutSeconds": str(WATCH_SECONDS)}
         async with self.api.watch_lines(self.resource, namespace=self.namespace,
                                         version=self.version, params=params) as lines:
+            # The server took the watch: it answers again (a resumed watch may run 5 min).
+            self.healthy, self.last_error = True, ""
             async for line in lines:
                 if not line.strip():
                     continue

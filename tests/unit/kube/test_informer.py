@@ -95,20 +95,35 @@ async def test_a_watch_refused_with_410_lists_again(
     await api.aclose()
 
 
+async def until(check: Callable[[], bool]) -> None:
+    async with asyncio.timeout(5):
+        while not check():  # noqa: ASYNC110 - the informer offers nothing to wait on
+            await asyncio.sleep(0.01)
+
+
 async def test_a_dropped_stream_resumes_at_the_last_resource_version_seen(
         running: Callable[[kube.Informer], None]) -> None:
+    opened = asyncio.Event()
+
+    async def resumed(request: httpx.Request) -> httpx.Response:
+        await opened.wait()  # the test looks at the informer between the drop and this
+        return watch(hang=True)
+
     server = FakeServer(
         listing("10", obj("a", "1")),
         watch(("ADDED", obj("b", "11")), error=httpx.ReadError("connection reset")),
-        never)
+        resumed)
     seen, handler = recorder()
     api = client(server)
     informer = kube.Informer(api, "pods", handler=handler)
     running(informer)
     await server.wait_for(3)
-    assert not informer.healthy  # until the resumed watch ends well
+    assert not informer.healthy  # until the server takes a watch again
     assert "stream broke" in informer.last_error
     assert params(server.requests[2])["resourceVersion"] == "11"  # not 10, and no list
+    opened.set()
+    await until(lambda: informer.healthy)  # once the resumed watch is open, not at its end
+    assert informer.last_error == ""
     assert seen == [("ADDED", "ns/a"), ("ADDED", "ns/b")]
     await api.aclose()
 
