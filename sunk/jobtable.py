@@ -100,9 +100,5 @@ class JobTable:
             del self.by_uid[job.owner.uid]
         return job
 
-    def of_pod(self, uid: str) -> Job | None:
-        job_id = self.by_uid.get(uid)
-        return None if job_id is None else self.jobs.get(job_id)
-
     def newest_id(self) -> int:
         return max(self.jobs, default=0)

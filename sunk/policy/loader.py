@@ -209,16 +209,6 @@ class PolicyStore:
         """Reload from a ConfigMap's ``data``; see ``reload``."""
         return self.reload(_policy_keys(data))
 
-    def reload_directory(self, path: Path | str = DEFAULT_DIRECTORY) -> bool:
-        """Reload from a directory; see ``reload``."""
-        try:
-            sources = _read(path)
-        except PolicyLoadError as error:
-            self._sources = None
-            self._fail(error)
-            return False
-        return self.reload(sources)
-
     async def watch_directory(
         self, path: Path | str = DEFAULT_DIRECTORY, *, interval: float = 2.0
     ) -> None:

@@ -39,10 +39,6 @@ class SlurmError(Exception):
         self.numbers = numbers
 
     @property
-    def unreachable(self) -> bool:
-        return self.status == 0 or self.status >= 500
-
-    @property
     def permanent(self) -> bool:
         """Slurm refused the request as it stands: asking again gets the same answer."""
         return self.status != 0 and permanent_error(list(self.numbers))
@@ -104,10 +100,6 @@ class SlurmClient:
                              status=r.status_code, slurm_message=message, numbers=numbers)
         return body
 
-    async def ping(self) -> bool:
-        body = await self._call("GET", "/ping/")
-        return any(p.get("pinged") == "UP" for p in body.get("pings") or [])
-
     async def submit(self, job: dict[str, Any]) -> int:
         body = await self._call("POST", "/job/submit", json={"job": job})
         return int(body["job_id"])
@@ -146,9 +138,6 @@ class SlurmClient:
             if exc.status == 404 or "Invalid job id" in str(exc) or "already completed" in str(exc):
                 return
             raise
-
-    async def update_job(self, job_id: int, fields: dict[str, Any]) -> None:
-        await self._call("POST", f"/job/{job_id}", json=fields)
 
     async def nodes(self) -> list[dict[str, Any]]:
         body = await self._call("GET", "/nodes/")
