@@ -1,5 +1,5 @@
-"""What the dashboard reads of the scheduler: the parts of ``sunk.scheduler.Scheduler`` it
-needs, as protocols, so that the dashboard depends on no client and tests can build a
+"""What the dashboard reads of the scheduler: the parts of the cluster model it needs
+(``sunk.wiring.DashboardSource`` provides them), as protocols, so that the dashboard depends on no client and tests can build a
 scheduler from plain data (``tests/unit/web/sample.py``)."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class PolicySource(Protocol):
 
 
 class SchedulerView(Protocol):
-    """What the dashboard reads of the scheduler; ``sunk.scheduler.Scheduler`` satisfies it."""
+    """What the dashboard reads of the scheduler; ``sunk.wiring.DashboardSource`` satisfies it."""
 
     @property
     def state(self) -> SchedulerState: ...
