@@ -20,6 +20,8 @@ class AssumeCache:
         self._written_at: dict[str, int] = {}
         self._bound: set[str] = set()
         self._taints: dict[str, tuple[str, bool]] = {}
+        #: uid -> the resourceVersion our newest write (annotations or taints) got.
+        self._taint_written_at: dict[str, int] = {}
 
     # -- what was written ------------------------------------------------------------------
     def wrote_annotations(self, uid: str, annotations: Mapping[str, str | None],
@@ -34,8 +36,11 @@ class AssumeCache:
     def bound(self, uid: str) -> None:
         self._bound.add(uid)
 
-    def set_taint(self, uid: str, key: str, present: bool) -> None:
+    def set_taint(self, uid: str, key: str, present: bool, resource_version: str = "") -> None:
+        """As :meth:`wrote_annotations`: a watched version at or past ours ends it."""
         self._taints[uid] = (key, present)
+        if resource_version.isdigit():
+            self._taint_written_at[uid] = int(resource_version)
 
     def forget(self, uid: str) -> None:
         """A write failed, or the object is gone: trust the watch again."""
@@ -43,6 +48,7 @@ class AssumeCache:
         self._written_at.pop(uid, None)
         self._bound.discard(uid)
         self._taints.pop(uid, None)
+        self._taint_written_at.pop(uid, None)
 
     # -- reading an object as it will be -----------------------------------------------------
     def pending_annotations(self, uid: str) -> Mapping[str, str | None]:
@@ -81,10 +87,8 @@ class AssumeCache:
         written = self._annotations.get(uid)
         if written is not None:
             have = meta.get("annotations") or {}
-            seen = str(meta.get("resourceVersion", ""))
-            caught_up = uid in self._written_at and seen.isdigit() and (
-                int(seen) >= self._written_at[uid])
-            if caught_up or all(have.get(k) == v for k, v in written.items()):
+            if _caught_up(meta, self._written_at.get(uid)) or all(
+                    have.get(k) == v for k, v in written.items()):
                 del self._annotations[uid]
                 self._written_at.pop(uid, None)
         if (obj.get("spec") or {}).get("nodeName"):
@@ -92,5 +96,13 @@ class AssumeCache:
         taint = self._taints.get(uid)
         if taint is not None:
             taints = (obj.get("spec") or {}).get("taints") or []
-            if any(t.get("key") == taint[0] for t in taints) == taint[1]:
+            if _caught_up(meta, self._taint_written_at.get(uid)) or any(
+                    t.get("key") == taint[0] for t in taints) == taint[1]:
                 del self._taints[uid]
+                self._taint_written_at.pop(uid, None)
+
+
+def _caught_up(meta: Mapping[str, Any], written_at: int | None) -> bool:
+    """The watch shows the object at or past the version our write produced."""
+    seen = str(meta.get("resourceVersion", ""))
+    return written_at is not None and seen.isdigit() and int(seen) >= written_at

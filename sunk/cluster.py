@@ -23,6 +23,7 @@ from sunk.nodeindex import NodeIndex
 from sunk.settings import Settings
 from sunk.slurm.job import PodIdentity
 from sunk.state import SchedulerState
+from sunk.supervise import forever
 
 log = logging.getLogger("sunk.cluster")
 
@@ -77,7 +78,8 @@ class Cluster:
             for informer in self.informers():
                 tasks.create_task(informer.run())
             await asyncio.gather(*(i.synced.wait() for i in self.informers()))
-            tasks.create_task(self.health.probe_kube(self.api))
+            tasks.create_task(forever("probing the API server",
+                                      lambda: self.health.probe_kube(self.api)))
             self.ready.set()
 
     # -- Pods that name this scheduler ---------------------------------------------------------

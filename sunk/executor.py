@@ -153,12 +153,13 @@ class Executor:
         """Submit, unless an earlier try whose answer was lost (a timeout, an outage) did reach
         Slurm: jobs Slurm took since then are read, and one naming this Pod is adopted."""
         jobs = self.cluster.jobs
-        since = self.memory.uncertain_submits.pop(uid, None)
-        if since is not None:
+        since = self.memory.uncertain_submits.get(uid)
+        if since is not None:  # kept until the lookup has succeeded: never submit blind
             for job_id in sorted(j for j in await self.slurm.job_states() if j > since
                                  and j not in jobs.jobs):
                 if (found := await self.slurm.job(job_id)) is not None:
                     self.learn(found)
+            del self.memory.uncertain_submits[uid]
             if (existing := jobs.by_uid.get(uid)) is not None and existing > since:
                 log.info("pod uid %s: job %d from an earlier, unanswered submit adopted", uid,
                          existing)
@@ -170,8 +171,10 @@ class Executor:
             if not exc.permanent:  # it may have reached Slurm: look before submitting again
                 self.memory.uncertain_submits[uid] = newest
             raise
-        jobs.submitted(Job(job_id=job_id, name=job["name"], state="PENDING", extra=job["extra"],
-                           nodes="", reason="", raw={}, admin_comment=job["admin_comment"]))
+        # learned as any job read from Slurm (a Pod whose lost job had this id is woken) ...
+        self.learn(Job(job_id=job_id, name=job["name"], state="PENDING", extra=job["extra"],
+                       nodes="", reason="", raw={}, admin_comment=job["admin_comment"]))
+        jobs.by_uid[uid] = job_id  # ... and the newest submission is the Pod's job
         return job_id
 
     async def _reject(self, pod: kube.Obj, record: PodRecord, reason: str, message: str) -> None:
@@ -246,8 +249,9 @@ class Executor:
                   if t.get("key") != LOCK_KEY]
         if present:
             taints.append(dict(LOCK_TAINT_SPEC))
-        await self.kube.set_taints(node, taints)
-        self.cluster.assumed.set_taint(node["metadata"].get("uid", ""), LOCK_KEY, present)
+        version = await self.kube.set_taints(node, taints)
+        self.cluster.assumed.set_taint(node["metadata"].get("uid", ""), LOCK_KEY, present,
+                                       version)
 
     async def _set_lock_state(self, facts: NodeFacts, node: kube.Obj, slurmd: kube.Obj,
                               before: LockState, after: LockState,
@@ -267,7 +271,8 @@ class Executor:
                      pod_of: Callable[[str], kube.Obj | None]) -> None:
         namespace, name = key.split("/", 1)
         try:
-            await self.kube.evict(namespace, name)
+            if not await self.kube.evict(namespace, name):
+                return  # gone already
         except kube.KubeError as exc:
             metrics.EVICTIONS.labels(result="refused").inc()
             if (key, slurm_node) in self._evict_refused:  # report once per lock

@@ -86,12 +86,6 @@ class JobTable:
             self.by_uid[who.uid] = job.job_id
         return Learned(who, displaced)
 
-    def submitted(self, job: Job) -> None:
-        """A job this process just submitted: the newest submission is its Pod's job."""
-        self.learn(job)
-        if job.owner is not None:
-            self.by_uid[job.owner.uid] = job.job_id
-
     def forget(self, job_id: int) -> Job | None:
         """Slurm no longer knows the job (purged after MinJobAge, or lost)."""
         job = self.jobs.pop(job_id, None)

@@ -28,9 +28,13 @@ class KubePort(Protocol):
     async def event(self, obj: Obj, *, kind: str, reason: str, message: str,
                     warning: bool) -> None: ...
 
-    async def set_taints(self, node: Obj, taints: list[dict[str, Any]]) -> None: ...
+    async def set_taints(self, node: Obj, taints: list[dict[str, Any]]) -> str:
+        """Replace the Node's taints (compare-and-swap); the Node's new resourceVersion."""
+        ...
 
-    async def evict(self, namespace: str, name: str) -> None: ...
+    async def evict(self, namespace: str, name: str) -> bool:
+        """Evict through the Eviction API; False if the Pod was gone already."""
+        ...
 
 
 class SlurmPort(Protocol):
@@ -68,10 +72,11 @@ class KubeAPI:
         await kube.event(self.api, obj, kind=kind, reason=reason, message=message,
                          type_="Warning" if warning else "Normal", component=self.component)
 
-    async def set_taints(self, node: Obj, taints: list[dict[str, Any]]) -> None:
+    async def set_taints(self, node: Obj, taints: list[dict[str, Any]]) -> str:
         meta = node["metadata"]
         # resourceVersion makes this a compare-and-swap: a concurrent taint change is not lost.
-        await kube.set_taints(self.api, meta["name"], meta["resourceVersion"], taints)
+        written = await kube.set_taints(self.api, meta["name"], meta["resourceVersion"], taints)
+        return str((written.get("metadata") or {}).get("resourceVersion", ""))
 
-    async def evict(self, namespace: str, name: str) -> None:
-        await kube.evict(self.api, namespace, name)
+    async def evict(self, namespace: str, name: str) -> bool:
+        return await kube.evict(self.api, namespace, name)

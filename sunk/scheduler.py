@@ -22,41 +22,21 @@ import datetime
 import gc
 import logging
 import time
-from collections.abc import Awaitable, Callable
 
 from sunk import kube, metrics, ownership, podplan
 from sunk.cluster import Cluster
 from sunk.decide import JobView, PodView
-from sunk.executor import Executor
+from sunk.executor import Executor, RetryLater
 from sunk.policy.loader import PolicyStore
 from sunk.slurm.client import SlurmError
 from sunk.slurm.job import Job, PodIdentity
 from sunk.slurmwatch import SlurmWatch
 from sunk.state import PodRecord
+from sunk.supervise import forever
 from sunk.translate import TranslateSettings
 from sunk.workqueue import WorkQueue
 
 log = logging.getLogger("sunk.scheduler")
-
-
-async def forever(what: str, loop: Callable[[], Awaitable[None]]) -> None:
-    """Run a background loop for the life of the process: a bug or an outage the loop did not
-    expect is logged and the loop starts again (backing off), never ending the scheduler."""
-    delay = 1.0
-    while True:
-        started = time.monotonic()
-        try:
-            await loop()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("%s failed; starting it again in %.0fs", what, delay)
-        else:
-            log.error("%s stopped; starting it again in %.0fs", what, delay)
-        if time.monotonic() - started > 60:
-            delay = 1.0
-        await asyncio.sleep(delay)
-        delay = min(30.0, delay * 2)
 
 
 def _timestamp(text: str | None) -> float:
@@ -143,7 +123,7 @@ class Scheduler:
                 delay = self.queue.failed(key)
                 log.warning("pod %s: %s (retrying in %.1fs)", key, exc, delay,
                             exc_info=not isinstance(exc, SlurmError | kube.KubeError
-                                                    | LookupError))
+                                                    | RetryLater))
                 self.queue.add_after(key, delay)
             else:
                 self.queue.forget(key)
@@ -196,8 +176,10 @@ class Scheduler:
         tries = self.queue.failures(key)
         await self.executor.apply_pod(pod, record, plan.actions, tries=tries)
         if plan.submit:
-            decision = self.policies.evaluate(pod, self.cluster.namespace(
-                pod["metadata"]["namespace"]))
+            namespace = self.cluster.namespace(pod["metadata"]["namespace"])
+            if namespace is None:  # its watch is behind the Pod's: policies may read it
+                raise RetryLater(f"namespace {pod['metadata']['namespace']} not seen yet")
+            decision = self.policies.evaluate(pod, namespace)
             submission = podplan.plan_submission(
                 pod, decision, self.cluster.snapshot(), self.translate_settings,
                 annotation_prefix=self.settings.annotation_prefix, first_try=tries == 0)
@@ -233,7 +215,7 @@ class Scheduler:
             if owned.check_job is None:
                 return owned
             job = jobs.get(owned.check_job) or await self.watch.read(owned.check_job)
-            who = jobs.ours(job) if job is not None else None
+            who = self.watch.learn(job) if job is not None else None
             owner_of[owned.check_job] = (ownership.GONE if job is None else
                                          who.uid if who is not None else ownership.NOT_OURS)
 

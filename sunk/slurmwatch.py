@@ -11,6 +11,7 @@ their ids to new jobs.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -54,7 +55,7 @@ class SlurmWatch:
 
     async def read(self, job_id: int) -> Job | None:
         """A job as Slurm has it now, learned if it is ours (None: Slurm has no such job)."""
-        job = await self.call(lambda: self.slurm.job(job_id))
+        job = await self.slurm.job(job_id)
         if job is not None:
             self.learn(job)
         return job
@@ -133,7 +134,7 @@ class SlurmWatch:
             self._forget(job_id)
         for job_id in plan.fetch:
             before = self.jobs.get(job_id)
-            fresh = await self.slurm.job(job_id)
+            fresh = await self.call(functools.partial(self.slurm.job, job_id))
             if fresh is None:
                 self._forget(job_id)
                 continue

@@ -1,6 +1,6 @@
 """What the dashboard reads of the scheduler: the parts of the cluster model it needs
-(``sunk.wiring.DashboardSource`` provides them), as protocols, so that the dashboard depends on no client and tests can build a
-scheduler from plain data (``tests/unit/web/sample.py``)."""
+(``sunk.wiring.DashboardSource`` provides them), as protocols, so that the dashboard depends
+on no client and tests can build a scheduler from plain data (``tests/unit/web/sample.py``)."""
 
 from __future__ import annotations
 

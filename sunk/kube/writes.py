@@ -178,12 +178,14 @@ async def set_taints(api: Client, node_name: str, resource_version: str,
     return await api.request("PATCH", f"nodes/{node_name}", json=body, headers=MERGE_PATCH)
 
 
-async def evict(api: Client, namespace: str, name: str) -> None:
+async def evict(api: Client, namespace: str, name: str) -> bool:
     """Evict the Pod through the Eviction API, which honours PodDisruptionBudgets (a refusal is
-    a KubeError, 429 for a budget). A Pod already gone (404) is fine."""
+    a KubeError, 429 for a budget). False: the Pod was gone already (404), which is fine."""
     try:
         await api.request("POST", f"pods/{name}/eviction", namespace=namespace,
                           json=eviction_body(namespace, name))
     except KubeError as exc:
         if exc.status != 404:
             raise
+        return False
+    return True

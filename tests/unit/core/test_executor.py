@@ -23,6 +23,7 @@ from sunk.ports import KubeAPI
 from sunk.settings import Settings
 from sunk.slurm.client import SlurmClient, SlurmError
 from sunk.slurm.job import Job, PodIdentity, admin_comment, job_extra
+from sunk.slurmwatch import SlurmWatch
 from sunk.state import PodRecord
 from tests.unit.kube.fakes import FakeCredentials
 
@@ -207,7 +208,7 @@ async def test_ignored_annotations_and_replacements_are_remembered(bed: Bed) -> 
 
 # -- a node ------------------------------------------------------------------------------------
 
-NODE = {"metadata": {"name": "node-a", "uid": "node-uid", "resourceVersion": "17"},
+NODE: dict[str, Any] = {"metadata": {"name": "node-a", "uid": "node-uid", "resourceVersion": "17"},
         "spec": {"taints": [{"key": "other", "effect": "NoSchedule"}]}}
 SLURMD = {"metadata": {"namespace": "slurm", "name": "slurmd-1", "uid": "slurmd-uid"}}
 FACTS = NodeFacts(slurm_node="slurm-1", k8s_node="node-a", slurm_info={"state": ["IDLE"]})
@@ -272,3 +273,50 @@ def test_the_job_record_of_a_submission_is_its_pods() -> None:
     who = PodIdentity("ns", "p", "aaaa-0001", NAME)
     job = Job(job_id=3, name="", state="PENDING", extra=job_extra(who), nodes="", reason="")
     assert job.owner == who and not job.started
+
+
+async def test_a_submission_given_a_lost_jobs_id_wakes_the_pod_that_had_it(bed: Bed) -> None:
+    woken: list[str] = []
+    watch = SlurmWatch(bed.cluster, bed.executor.slurm)  # type: ignore[arg-type]
+    watch.wake = lambda who: woken.append(who.key)
+    bed.executor.learn = watch.learn
+    earlier = PodIdentity("ns", "q", "bbbb-0002", NAME)
+    bed.cluster.jobs.learn(Job(job_id=41, name="", state="PENDING", extra=job_extra(earlier),
+                               nodes="", reason="", admin_comment=admin_comment(earlier)))
+    bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = lambda r: httpx.Response(
+        200, json={"job_id": 41})  # slurmctld lost job 41 in a crash and gave its id again
+    await bed.executor.apply_pod(pod(), record(), [do.Submit(description())])
+    assert woken == ["ns/q"]
+    assert bed.cluster.jobs.by_uid == {"aaaa-0001": 41}
+
+
+async def test_a_failed_lookup_keeps_the_pod_from_submitting_blind(bed: Bed) -> None:
+    bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = lambda r: httpx.Response(
+        504, text="timeout")
+    with pytest.raises(SlurmError):
+        await bed.executor.apply_pod(pod(), record(), [do.Submit(description())])
+    bed.slurm.routes[("GET", "/slurm/v0.0.42/jobs/state/")] = lambda r: httpx.Response(
+        503, text="down")
+    with pytest.raises(SlurmError):
+        await bed.executor.apply_pod(pod(), record(), [do.Submit(description())])
+    assert len(bed.slurm.calls("POST", "/slurm/v0.0.42/job/submit")) == 1
+    assert "aaaa-0001" in bed.executor.memory.uncertain_submits, "looked up on the next try"
+
+
+async def test_evicting_a_pod_already_gone_is_no_eviction(bed: Bed) -> None:
+    bed.kube.routes[("POST", "/api/v1/namespaces/ns/pods/web/eviction")] = (
+        lambda r: httpx.Response(404, json={"message": "not found"}))
+    await apply_node(bed, do.Evict("ns/web"))
+    await settle(bed)
+    assert bed.kube.calls("POST", "/api/v1/namespaces/ns/events") == []
+
+
+async def test_the_lock_taint_assumed_gives_way_to_a_later_node_version(bed: Bed) -> None:
+    bed.kube.routes[("PATCH", "/api/v1/nodes/node-a")] = lambda r: httpx.Response(
+        200, json={"metadata": {"name": "node-a", "uid": "node-uid", "resourceVersion": "30"}})
+    await apply_node(bed, do.SetLockTaint(True))
+    assert bed.cluster.assumed.has_taint(NODE, LOCK_KEY)
+    untainted = {"metadata": {"name": "node-a", "uid": "node-uid", "resourceVersion": "31"},
+                 "spec": {"taints": []}}
+    bed.cluster.assumed.observe("MODIFIED", untainted)  # someone removed it after our write
+    assert not bed.cluster.assumed.has_taint(untainted, LOCK_KEY)

@@ -61,10 +61,3 @@ def test_the_newest_job_is_the_pods_and_forgetting_it_unlinks_the_pod() -> None:
     assert table.forget(8) is None
     table.learn(job(4, "aaaa-0001"))
     assert table.by_uid["aaaa-0001"] == 4 and table.newest_id() == 4
-
-
-def test_a_submission_is_the_pods_job_even_below_an_older_id() -> None:
-    table = JobTable(NAME)
-    table.learn(job(90, "aaaa-0001"))
-    table.submitted(job(12, "aaaa-0001", state="PENDING", nodes=""))
-    assert table.by_uid["aaaa-0001"] == 12
