@@ -1,0 +1,394 @@
+"""The scheduler's loop against HTTP-level stand-ins of the API server and slurmrestd: what a
+reconcile of one Pod sends (submissions, annotations, bindings, cancellations, deletions), and
+what the Pod handler, the worker and the orphan collector do."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+
+from sunk.executor import RetryLater
+from sunk.policy import PolicyStore
+from sunk.scheduler import Scheduler
+from sunk.slurm.job import admin_comment, job_extra
+from tests.unit.core import stand_ins
+from tests.unit.core.stand_ins import (
+    JOB_ID,
+    POD_UID,
+    POLICIES,
+    PREFIX,
+    REJECTED,
+    SLURM,
+    Bed,
+    answer,
+    down,
+    drop,
+    job,
+    namespace,
+    node,
+    owned,
+    pod,
+    put,
+    raw_job,
+    slurmd,
+    stop,
+    until,
+    who,
+)
+
+UID = "aaaa-0001"
+SUBMIT = f"{SLURM}/job/submit"
+POD_PATH = "/api/v1/namespaces/ns/pods/p"
+
+
+@functools.cache
+def policies() -> PolicyStore:
+    return PolicyStore.from_directory(POLICIES, settings={"killWaitSeconds": 30,
+                                                          "annotationPrefix": PREFIX})
+
+
+@dataclass
+class Loop:
+    bed: Bed
+    scheduler: Scheduler
+
+
+@pytest.fixture
+async def loop() -> AsyncIterator[Loop]:
+    async with stand_ins.bed() as bed:
+        scheduler = Scheduler(bed.cluster, bed.watch, bed.executor, policies())
+        put(bed.cluster.namespace_informer, namespace())
+        put(bed.cluster.node_informer, node())
+        put(bed.cluster.slurmd_informer, slurmd())
+        bed.slurm.routes[("POST", SUBMIT)] = answer(200, {"job_id": 41})
+        yield Loop(bed, scheduler)
+        scheduler.queue.close()
+
+
+def reasons(bed: Bed) -> list[str]:
+    return [e["reason"] for e in bed.events()]
+
+
+# -- a new Pod ------------------------------------------------------------------------------------
+
+async def test_a_new_pod_gets_a_job_and_its_id_written(loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    bed.add_pod(pod())
+    assert len(scheduler.queue) == 1, "the Pod handler queued it"
+    await scheduler.reconcile("ns/p")
+    (sent,) = bed.slurm.calls("POST", SUBMIT)
+    job_desc = sent["job"]
+    assert job_desc["extra"] == job_extra(who())
+    assert job_desc["admin_comment"] == admin_comment(who())
+    assert job_desc["cpus_per_task"] == 2
+    assert job_desc["memory_per_node"] == {"set": True, "number": 1024}
+    assert "excluded_nodes" not in job_desc
+    assert any(e.startswith("SUNK_JOB_TOKEN=sunk-job.") for e in job_desc["environment"])
+    (patch,) = bed.kube.calls("PATCH", POD_PATH)
+    assert patch == {"metadata": {"annotations": {JOB_ID: "41", POD_UID: UID, REJECTED: None}}}
+    assert bed.cluster.jobs.by_uid == {UID: 41}
+    record = bed.cluster.state.pods["ns/p"]
+    assert record.job_description is not None and record.phase == "Pending"
+
+    await scheduler.reconcile("ns/p")  # the watch has not shown the annotation yet
+    assert len(bed.slurm.calls("POST", SUBMIT)) == 1, "submitted once"
+    assert len(bed.kube.calls("PATCH")) == 1, "written once"
+    assert bed.cluster.state.pods["ns/p"].job_id == 41
+
+
+async def test_a_slurm_node_on_a_tainted_node_is_excluded(loop: Loop) -> None:
+    bed = loop.bed
+    put(bed.cluster.node_informer, node("node-b", taints=[
+        {"key": "gpu", "value": "broken", "effect": "NoSchedule"}]))
+    put(bed.cluster.slurmd_informer, slurmd("slurm-2", "node-b"))
+    put(bed.cluster.pod_informers[0], pod())
+    await loop.scheduler.reconcile("ns/p")
+    (sent,) = bed.slurm.calls("POST", SUBMIT)
+    assert sent["job"]["excluded_nodes"] == ["slurm-2"]
+
+
+async def test_a_pod_whose_namespace_is_not_cached_waits(loop: Loop) -> None:
+    bed = loop.bed
+    drop(bed.cluster.namespace_informer, namespace())
+    put(bed.cluster.pod_informers[0], pod())
+    with pytest.raises(RetryLater, match="namespace ns not seen yet"):
+        await loop.scheduler.reconcile("ns/p")
+    assert bed.slurm.seen == [] and bed.kube.seen == []
+
+
+async def test_a_pod_the_policies_refuse_is_rejected_not_submitted(loop: Loop) -> None:
+    bed = loop.bed
+    put(bed.cluster.pod_informers[0], pod(requests={}))
+    await loop.scheduler.reconcile("ns/p")
+    assert bed.slurm.calls("POST", SUBMIT) == []
+    (patch,) = bed.kube.calls("PATCH", POD_PATH)
+    assert patch["metadata"]["annotations"] == {
+        REJECTED: "MissingResourceRequests", JOB_ID: None, POD_UID: UID}
+    await bed.settle()
+    assert reasons(bed) == ["MissingResourceRequests"]
+    assert bed.cluster.state.pods["ns/p"].rejected.startswith("MissingResourceRequests: ")
+
+
+async def test_a_pod_gone_from_the_cache_is_nothing_to_do(loop: Loop) -> None:
+    await loop.scheduler.reconcile("ns/gone")
+    assert loop.bed.slurm.seen == [] and loop.bed.kube.seen == []
+
+
+# -- a Pod with a job -----------------------------------------------------------------------------
+
+async def test_a_started_job_binds_the_pod_to_the_node_of_its_slurmd_pod(loop: Loop) -> None:
+    bed = loop.bed
+    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
+    put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))
+    await loop.scheduler.reconcile("ns/p")
+    (binding,) = bed.kube.calls("POST", f"{POD_PATH}/binding")
+    assert binding["metadata"]["uid"] == UID
+    assert binding["target"] == {"apiVersion": "v1", "kind": "Node", "name": "node-a"}
+    assert bed.kube.calls("PATCH") == [] and bed.slurm.seen == []
+    record = bed.cluster.state.pods["ns/p"]
+    assert (record.k8s_node, record.slurm_node, record.job_state) == (
+        "node-a", "slurm-1", "RUNNING")
+    await loop.scheduler.reconcile("ns/p")
+    assert len(bed.kube.calls("POST", f"{POD_PATH}/binding")) == 1, "bound once (assumed)"
+    await bed.settle()
+    assert reasons(bed) == ["Scheduled"]
+
+
+@pytest.mark.parametrize("state", ["RUNNING", "PENDING"])
+async def test_a_job_not_started_yet_leaves_the_pod_waiting(loop: Loop, state: str) -> None:
+    bed = loop.bed
+    bed.cluster.jobs.learn(job(41, state=state, nodes="slurm-1",
+                               reason="Priority" if state == "PENDING" else ""))
+    put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))
+    await loop.scheduler.reconcile("ns/p")
+    assert bed.kube.seen == [] and bed.slurm.seen == []
+    record = bed.cluster.state.pods["ns/p"]
+    assert record.job_state == state and record.job_id == 41
+    assert record.pending_reason == ("Priority" if state == "PENDING" else "")
+    assert any(t.what == f"job {state.lower()}" for t in record.history)
+
+
+async def test_a_job_on_a_slurm_node_without_slurmd_pod_waits_and_says_so(loop: Loop) -> None:
+    bed = loop.bed
+    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-9", started=True))
+    put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))
+    with pytest.raises(RetryLater, match="slurm-9"):
+        await loop.scheduler.reconcile("ns/p")
+    assert bed.kube.calls("POST", f"{POD_PATH}/binding") == []
+    await bed.settle()
+    assert reasons(bed) == ["NoNodeForSlurmNode"]
+
+
+async def test_a_proven_job_missing_from_the_annotations_is_written_then_bound(
+        loop: Loop) -> None:
+    bed = loop.bed
+    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
+    put(bed.cluster.pod_informers[0], pod())  # killed between submitting and annotating
+    await loop.scheduler.reconcile("ns/p")
+    (patch,) = bed.kube.calls("PATCH", POD_PATH)
+    assert patch["metadata"]["annotations"] == {JOB_ID: "41", POD_UID: UID, REJECTED: None}
+    assert len(bed.kube.calls("POST", f"{POD_PATH}/binding")) == 1
+    assert bed.slurm.calls("POST", SUBMIT) == []
+
+
+async def test_a_deleted_pods_job_is_cancelled(loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
+    gone = pod(annotations=owned(41), node="node-a")
+    put(bed.cluster.pod_informers[0], gone)
+    bed.cluster.state.record("ns", "p", UID, 0.0)
+    bed.executor.memory.told_ignored.add(UID)
+    bed.add_pod(gone, "DELETED")
+    assert "ns/p" not in bed.cluster.state.pods
+    assert UID not in bed.executor.memory.told_ignored
+    assert len(scheduler.queue) == 1
+    key = await scheduler.queue.get()
+    assert key == f"ns/p#{UID}#41"
+    await scheduler.reconcile(key)
+    assert bed.slurm.paths() == [f"{SLURM}/job/41"]
+    assert bed.slurm.seen[0][0] == "DELETE"
+
+
+async def test_a_deleted_pod_whose_job_ended_cancels_nothing(loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    bed.cluster.jobs.learn(job(41, state="COMPLETED", nodes="slurm-1", started=True))
+    bed.add_pod(pod(annotations=owned(41)), "DELETED")
+    await scheduler.reconcile(await scheduler.queue.get())
+    assert bed.slurm.paths("DELETE") == []
+
+
+async def test_a_deleted_pod_without_a_job_queues_nothing(loop: Loop) -> None:
+    loop.bed.add_pod(pod(), "DELETED")
+    assert len(loop.scheduler.queue) == 0
+
+
+async def test_a_pod_being_deleted_releases_its_job(loop: Loop) -> None:
+    bed = loop.bed
+    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
+    put(bed.cluster.pod_informers[0], pod(annotations=owned(41), node="node-a",
+                                          deletionTimestamp="2025-01-01T00:01:00Z"))
+    await loop.scheduler.reconcile("ns/p")
+    assert [(m, p) for m, p, _ in bed.slurm.seen] == [("DELETE", f"{SLURM}/job/41")]
+    assert bed.cluster.state.pods["ns/p"].phase == "Terminating"
+
+
+@pytest.mark.parametrize("purged", [False, True])
+async def test_a_bound_pod_whose_job_ended_is_deleted(loop: Loop, purged: bool) -> None:
+    bed = loop.bed
+    if not purged:
+        bed.cluster.jobs.learn(job(41, state="COMPLETED", nodes="slurm-1", started=True))
+    put(bed.cluster.pod_informers[0], pod(annotations=owned(41), node="node-a"))
+    await loop.scheduler.reconcile("ns/p")
+    (delete,) = bed.kube.calls("DELETE", POD_PATH)
+    assert delete["preconditions"] == {"uid": UID}
+    if purged:  # Slurm was asked, and has no such job
+        assert bed.slurm.paths() and set(bed.slurm.paths("GET")) == {f"{SLURM}/job/41"}
+    else:
+        assert bed.slurm.seen == []
+    await bed.settle()
+    (event,) = bed.events()
+    assert event["reason"] == "SlurmJobEnded" and event["type"] == "Warning"
+    assert ("completed" in event["message"]) != purged
+
+
+async def test_a_copied_job_id_is_ignored_and_the_pod_scheduled_from_scratch(
+        loop: Loop) -> None:
+    bed = loop.bed
+    other = who("bbbb-0002", name="q")
+    bed.cluster.jobs.learn(job(41, other, state="RUNNING", nodes="slurm-1", started=True))
+    put(bed.cluster.pod_informers[0], pod(annotations=owned(41, uid="bbbb-0002")))
+    bed.slurm.routes[("POST", SUBMIT)] = answer(200, {"job_id": 42})
+    await loop.scheduler.reconcile("ns/p")
+    assert bed.kube.calls("POST", f"{POD_PATH}/binding") == [], "never bound on another's job"
+    assert bed.slurm.paths("DELETE") == [], "never cancels another Pod's job"
+    (sent,) = bed.slurm.calls("POST", SUBMIT)
+    assert sent["job"]["extra"] == job_extra(who())
+    (patch,) = bed.kube.calls("PATCH", POD_PATH)
+    assert patch["metadata"]["annotations"] == {JOB_ID: "42", POD_UID: UID, REJECTED: None}
+    assert bed.executor.memory.told_ignored == {UID}
+    await loop.scheduler.reconcile("ns/p")
+    await bed.settle()
+    assert reasons(bed) == ["IgnoredAnnotations"], "told once"
+    assert "copied from another Pod" in bed.events()[0]["message"]
+    assert bed.cluster.jobs.by_uid == {"bbbb-0002": 41, UID: 42}
+
+
+async def test_a_job_id_slurm_gives_to_another_pod_is_read_then_ignored(loop: Loop) -> None:
+    bed = loop.bed
+    other = who("bbbb-0002", name="q")
+    bed.slurm.jobs[41] = raw_job(41, other, state="RUNNING", nodes="slurm-1", started=True)
+    put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))  # written for this Pod
+    bed.slurm.routes[("POST", SUBMIT)] = answer(200, {"job_id": 42})
+    await loop.scheduler.reconcile("ns/p")
+    assert bed.slurm.paths("GET") == [f"{SLURM}/job/41"]
+    assert bed.cluster.jobs.owner(41) == other, "what was read is learned"
+    assert len(bed.slurm.calls("POST", SUBMIT)) == 1
+    assert bed.kube.calls("POST", f"{POD_PATH}/binding") == []
+    await bed.settle()
+    assert "belongs to another Pod" in bed.events()[0]["message"]
+
+
+async def test_a_job_id_slurm_ties_to_the_pod_is_learned_and_followed(loop: Loop) -> None:
+    bed = loop.bed
+    bed.slurm.jobs[41] = raw_job(41, state="RUNNING", nodes="slurm-1", started=True)
+    put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))
+    await loop.scheduler.reconcile("ns/p")
+    assert bed.cluster.jobs.by_uid == {UID: 41}
+    assert bed.slurm.calls("POST", SUBMIT) == []
+    assert len(bed.kube.calls("POST", f"{POD_PATH}/binding")) == 1
+
+
+async def test_a_lost_job_of_a_pod_not_bound_is_replaced(loop: Loop) -> None:
+    bed = loop.bed
+    put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))  # Slurm lost job 41
+    bed.slurm.routes[("POST", SUBMIT)] = answer(200, {"job_id": 42})
+    await loop.scheduler.reconcile("ns/p")
+    assert len(bed.slurm.calls("POST", SUBMIT)) == 1
+    assert bed.executor.memory.replaced == {UID: {41}}
+    await bed.settle()
+    assert reasons(bed) == ["SlurmJobLost"]
+
+
+# -- the loops around reconcile --------------------------------------------------------------------
+
+async def test_the_worker_backs_off_a_pod_that_must_wait_then_forgets_its_failures(
+        loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    drop(bed.cluster.namespace_informer, namespace())
+    put(bed.cluster.pod_informers[0], pod())
+    worker = asyncio.create_task(scheduler._work())
+    try:
+        scheduler.queue.add("ns/p")
+        await until(lambda: scheduler.queue.failures("ns/p") == 1)
+        assert bed.slurm.seen == []
+        put(bed.cluster.namespace_informer, namespace())  # retried after 0.5 s
+        await until(lambda: scheduler.queue.failures("ns/p") == 0)
+        assert len(bed.slurm.calls("POST", SUBMIT)) == 1
+    finally:
+        await stop(worker)
+
+
+async def test_orphaned_jobs_are_cancelled_and_a_failure_does_not_stop_the_rest(
+        loop: Loop) -> None:
+    bed = loop.bed
+    put(bed.cluster.pod_informers[0], pod())
+    bed.cluster.jobs.learn(job(41))  # the live Pod's
+    bed.cluster.jobs.learn(job(42, who("cccc-0003", name="gone")))
+    bed.cluster.jobs.learn(job(43, who("dddd-0004", name="done"), state="COMPLETED",
+                               nodes="slurm-1"))
+    bed.cluster.jobs.learn(job(44, who("eeee-0005", name="gone2")))
+    bed.slurm.routes[("DELETE", f"{SLURM}/job/42")] = down()
+    collector = asyncio.create_task(loop.scheduler._collect_garbage(interval=60))
+    try:
+        await until(lambda: len(bed.slurm.paths("DELETE")) == 2)
+    finally:
+        await stop(collector)
+    assert bed.slurm.paths("DELETE") == [f"{SLURM}/job/42", f"{SLURM}/job/44"]
+
+
+async def test_a_stuck_job_is_a_warning_on_its_pod(loop: Loop) -> None:
+    bed = loop.bed
+    put(bed.cluster.pod_informers[0], pod())
+    stuck = job(41, state="PENDING", reason="JobHeldAdmin")
+    loop.scheduler.job_stuck(stuck, who(), "held")
+    loop.scheduler.job_stuck(stuck, who("ffff-0009"), "held")  # not that Pod any more
+    await bed.settle()
+    (event,) = bed.events()
+    assert event["reason"] == "SlurmJobStuck" and "JobHeldAdmin" in event["message"]
+
+
+async def test_slurm_back_relists_jobs_and_requeues_every_pod(loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    put(bed.cluster.pod_informers[0], pod())
+    put(bed.cluster.pod_informers[0], pod("bbbb-0002", name="q"))
+    bed.slurm.jobs[41] = raw_job(41)
+    bed.cluster.health.slurm_answered(None)  # not ready yet: nothing
+    assert len(scheduler.queue) == 0 and not bed.executor._background
+    bed.cluster.ready.set()
+    bed.cluster.health.slurm_answered(RuntimeError("down"))
+    bed.cluster.health.slurm_answered(None)
+    await bed.settle()
+    assert bed.slurm.paths("GET") == [f"{SLURM}/jobs/"]
+    assert bed.cluster.jobs.by_uid == {UID: 41}
+    assert len(scheduler.queue) == 2
+
+
+async def test_the_api_server_back_requeues_every_pod(loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    put(bed.cluster.pod_informers[0], pod())
+    bed.cluster.ready.set()
+    for informer in bed.cluster.informers():
+        informer.healthy = True
+    bed.cluster.health.note_kube()
+    assert len(scheduler.queue) == 1
+    assert bed.cluster.state.kube_healthy
+
+
+async def test_wake_queues_the_pod_of_a_job(loop: Loop) -> None:
+    loop.scheduler.wake(who())
+    loop.bed.watch.wake(who("bbbb-0002", name="q"))  # the poller wakes through the scheduler
+    assert [await loop.scheduler.queue.get() for _ in range(2)] == ["ns/p", "ns/q"]

@@ -1,0 +1,356 @@
+"""The syncer against HTTP-level stand-ins: node locks (taint, evictions, the lock state on the
+slurmd Pod), drains kept in step both ways, and the prolog's lock request."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from sunk.hookauth import HookRefused
+from sunk.locking import LOCK_KEY, LOCK_TAINT_SPEC, LockState
+from sunk.syncer import REQUEST_TTL, LockRequest, Syncer
+from tests.unit.core import stand_ins
+from tests.unit.core.stand_ins import (
+    PREFIX,
+    SLURM,
+    Bed,
+    answer,
+    down,
+    job,
+    node,
+    owned,
+    pod,
+    put,
+    raw_job,
+    slurmd,
+    stop,
+    until,
+)
+
+NODE_PATH = "/api/v1/nodes/node-a"
+SLURMD_PATH = "/api/v1/namespaces/slurm/pods/slurmd-slurm-1"
+EVICT_WEB = "/api/v1/namespaces/ns/pods/web/eviction"
+STATE, REASON = f"{PREFIX}slurm-state", f"{PREFIX}slurm-reason"
+OTHER_TAINT = {"key": "other", "effect": "NoSchedule"}
+
+
+@dataclass
+class Sync:
+    bed: Bed
+    syncer: Syncer
+
+    def slurm_node(self, *states: str, reason: str = "") -> None:
+        self.bed.cluster.set_slurm_nodes([slurm_info("slurm-1", *states, reason=reason)])
+
+    def writes(self) -> list[tuple[str, str]]:
+        """Every request but Events (sent in the background), in order."""
+        return [(m, p) for m, p, _ in self.bed.kube.seen + self.bed.slurm.seen
+                if not p.endswith("/events")]
+
+
+@pytest.fixture
+async def sync() -> AsyncIterator[Sync]:
+    async with stand_ins.bed() as bed:
+        made = Sync(bed, Syncer(bed.cluster, bed.executor, bed.slurm_client))
+        put(bed.cluster.node_informer, node(taints=[OTHER_TAINT]))
+        put(bed.cluster.slurmd_informer, slurmd())
+        bed.any_pod(slurmd())
+        made.slurm_node("IDLE")
+        yield made
+        made.syncer.queue.close()
+
+
+def slurm_info(name: str, *states: str, reason: str = "") -> dict[str, Any]:
+    """slurmrestd's record of a node whose size agrees with its Kubernetes Node's."""
+    return {"name": name, "state": list(states), "reason": reason, "cpus": 16,
+            "real_memory": 64 * 1024}
+
+
+def web(**meta: Any) -> dict[str, Any]:
+    """A Pod of someone else's on node-a: a lock evicts it."""
+    return {"metadata": {"namespace": "ns", "name": "web", "uid": "web-1", **meta},
+            "spec": {"nodeName": "node-a", "containers": []}, "status": {"phase": "Running"}}
+
+
+def daemon() -> dict[str, Any]:
+    return {"metadata": {"namespace": "kube-system", "name": "agent", "uid": "ds-1",
+                         "ownerReferences": [{"kind": "DaemonSet", "name": "agent"}]},
+            "spec": {"nodeName": "node-a", "containers": []}, "status": {"phase": "Running"}}
+
+
+async def refused(call: Awaitable[object]) -> HookRefused:
+    with pytest.raises(HookRefused) as caught:
+        await call
+    return caught.value
+
+
+# -- locks ---------------------------------------------------------------------------------------
+
+async def test_a_busy_node_is_tainted_and_its_blocker_evicted_then_locked(sync: Sync) -> None:
+    bed = sync.bed
+    sync.slurm_node("ALLOCATED")
+    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1"))
+    for obj in (web(), daemon(), pod(node="node-a", annotations=owned(41))):
+        bed.any_pod(obj)
+    await sync.syncer.reconcile("slurm-1")
+    assert sync.writes() == [("PATCH", NODE_PATH), ("POST", EVICT_WEB),
+                             ("PATCH", SLURMD_PATH)], "only the blocker is evicted"
+    (taints,) = bed.kube.calls("PATCH", NODE_PATH)
+    assert taints == {"metadata": {"resourceVersion": "17"},
+                      "spec": {"taints": [OTHER_TAINT, LOCK_TAINT_SPEC]}}
+    (lock,) = bed.kube.calls("PATCH", SLURMD_PATH)
+    assert lock == {"metadata": {"annotations": {LOCK_KEY: "pending"}}}
+
+    bed.any_pod(web(deletionTimestamp="2025-01-01T00:01:00Z"), "MODIFIED")  # evicted
+    await sync.syncer.reconcile("slurm-1")
+    assert sync.writes()[3:] == [("PATCH", SLURMD_PATH)], "no second taint or eviction"
+    assert bed.kube.calls("PATCH", SLURMD_PATH)[1] == {
+        "metadata": {"annotations": {LOCK_KEY: "locked"}}}
+    await bed.settle()
+    messages = [e["message"] for e in bed.events() if e["reason"] == "NodeLock"]
+    assert messages[0].startswith("lock false -> pending for Slurm node slurm-1 waiting for")
+    assert messages[1] == "lock pending -> locked for Slurm node slurm-1"
+
+
+async def test_an_idle_node_is_unlocked(sync: Sync) -> None:
+    bed = sync.bed
+    put(bed.cluster.node_informer, node(taints=[OTHER_TAINT, LOCK_TAINT_SPEC]))
+    put(bed.cluster.slurmd_informer, slurmd(annotations={LOCK_KEY: "locked_strict"}))
+    await sync.syncer.reconcile("slurm-1")
+    assert bed.kube.calls("PATCH", NODE_PATH) == [
+        {"metadata": {"resourceVersion": "17"}, "spec": {"taints": [OTHER_TAINT]}}]
+    assert bed.kube.calls("PATCH", SLURMD_PATH) == [
+        {"metadata": {"annotations": {LOCK_KEY: "false"}}}]
+    assert sync.writes() == [("PATCH", NODE_PATH), ("PATCH", SLURMD_PATH)]
+
+
+async def test_a_node_not_polled_from_slurm_yet_keeps_its_lock(sync: Sync) -> None:
+    bed = sync.bed
+    bed.cluster.state.slurm_nodes.clear()
+    put(bed.cluster.slurmd_informer, slurmd(annotations={LOCK_KEY: "locked"}))
+    assert sync.syncer.facts("slurm-1") is None
+    await sync.syncer.reconcile("slurm-1")
+    assert bed.kube.seen == [] and bed.slurm.seen == []
+
+
+async def test_a_slurm_node_without_slurmd_pod_is_not_acted_on(sync: Sync) -> None:
+    assert sync.syncer.facts("slurm-9") is None
+    await sync.syncer.reconcile("slurm-9")
+    assert sync.bed.kube.seen == []
+
+
+# -- drains ----------------------------------------------------------------------------------------
+
+async def test_a_cordoned_node_drains_its_slurm_node(sync: Sync) -> None:
+    bed = sync.bed
+    put(bed.cluster.node_informer, node(unschedulable=True))
+    await sync.syncer.reconcile("slurm-1")
+    assert bed.slurm.calls("POST", f"{SLURM}/node/slurm-1") == [
+        {"state": ["DRAIN"], "reason": "k8s: Kubernetes Node node-a is cordoned"}]
+
+
+async def test_uncordoning_resumes_only_a_drain_kubernetes_set(sync: Sync) -> None:
+    bed = sync.bed
+    sync.slurm_node("IDLE", "DRAIN", reason="k8s: Kubernetes Node node-a is cordoned")
+    await sync.syncer.reconcile("slurm-1")
+    assert bed.slurm.calls("POST", f"{SLURM}/node/slurm-1") == [{"state": ["RESUME"]}]
+
+    sync.slurm_node("IDLE", "DRAIN", reason="bad DIMM")  # an admin's drain stays
+    await sync.syncer.reconcile("slurm-1")
+    assert len(bed.slurm.calls("POST", f"{SLURM}/node/slurm-1")) == 1
+    shown = {"metadata": {"annotations": {STATE: "drain", REASON: "bad DIMM"}}}
+    assert bed.kube.calls("PATCH", SLURMD_PATH) == [shown]
+    assert bed.kube.calls("PATCH", NODE_PATH) == [shown]
+    await bed.settle()
+    (event,) = bed.events()
+    assert event["reason"] == "SlurmNodeDrain" and "bad DIMM" in event["message"]
+
+
+# -- the prolog's request ----------------------------------------------------------------------
+
+async def test_a_lock_request_is_answered_once_the_node_is_cleared(sync: Sync) -> None:
+    bed, syncer = sync.bed, sync.syncer
+    bed.slurm.jobs[41] = raw_job(41, state="RUNNING", nodes="slurm-[1-3]")
+    bed.any_pod(web())
+    worker = asyncio.create_task(syncer._work())
+    try:
+        asking = asyncio.create_task(syncer.request_lock("slurm-1", 41, True, within=5))
+        await until(lambda: bed.kube.calls("POST", EVICT_WEB))
+        await until(lambda: len(bed.kube.calls("PATCH", SLURMD_PATH)) == 1)
+        assert bed.kube.calls("PATCH", SLURMD_PATH) == [
+            {"metadata": {"annotations": {LOCK_KEY: "pending"}}}]
+        bed.any_pod(web(deletionTimestamp="2025-01-01T00:01:00Z"), "MODIFIED")
+        await asyncio.sleep(0.05)
+        assert not asking.done(), "a strict lock waits until the Pod is gone"
+        bed.any_pod(web(), "DELETED")  # the Pod handler looks at the node again
+        assert await asyncio.wait_for(asking, 2) is LockState.LOCKED_STRICT
+        assert bed.kube.calls("PATCH", SLURMD_PATH)[-1] == {
+            "metadata": {"annotations": {LOCK_KEY: "locked_strict"}}}
+        assert bed.slurm.paths() == [f"{SLURM}/job/41"]
+        request = syncer.requests["slurm-1"]
+        assert request.answered_at is not None and request.strict
+
+        # asked again by the same job: answered from the lock, Slurm not read again
+        again = await syncer.request_lock("slurm-1", 41, True, within=1)
+        assert again is LockState.LOCKED_STRICT and len(bed.slurm.seen) == 1
+    finally:
+        await stop(worker)
+
+
+async def test_a_lock_request_times_out_with_the_state_reached(sync: Sync) -> None:
+    bed, syncer = sync.bed, sync.syncer
+    bed.slurm.jobs[41] = raw_job(41, state="RUNNING", nodes="slurm-1")
+    bed.kube.routes[("POST", EVICT_WEB)] = answer(429, {"message": "disruption budget"})
+    bed.any_pod(web())
+    worker = asyncio.create_task(syncer._work())
+    try:
+        state = await syncer.request_lock("slurm-1", 41, False, within=0.2)
+    finally:
+        await stop(worker)
+    assert state is LockState.PENDING
+    assert syncer.requests["slurm-1"].answered_at is None
+
+
+async def test_a_lock_request_with_nothing_in_the_way_locks_at_once(sync: Sync) -> None:
+    bed, syncer = sync.bed, sync.syncer
+    bed.slurm.jobs[41] = raw_job(41, state="CONFIGURING", nodes="slurm-1")
+    worker = asyncio.create_task(syncer._work())
+    try:
+        state = await syncer.request_lock("slurm-1", 41, False, within=2)
+    finally:
+        await stop(worker)
+    assert state is LockState.LOCKED
+    assert bed.kube.calls("PATCH", NODE_PATH)[0]["spec"]["taints"][-1] == LOCK_TAINT_SPEC
+
+
+@pytest.mark.parametrize("slurm_says,status,why", [
+    (raw_job(41), 409, "pending"),
+    (raw_job(41, state="COMPLETED", nodes="slurm-1"), 409, "completed"),
+    (raw_job(41, state="RUNNING", nodes="slurm-2"), 409, "was given slurm-2, not slurm-1"),
+    (None, 410, "Slurm has no job 41"),
+])
+async def test_a_lock_for_a_job_not_starting_there_is_refused(
+        sync: Sync, slurm_says: dict[str, Any] | None, status: int, why: str) -> None:
+    bed = sync.bed
+    if slurm_says is not None:
+        bed.slurm.jobs[41] = slurm_says
+    exc = await refused(sync.syncer.request_lock("slurm-1", 41, True, within=1))
+    assert exc.status == status and why in exc.detail
+    assert sync.syncer.requests == {} and len(sync.syncer.queue) == 0
+    assert bed.kube.seen == []
+
+
+async def test_a_lock_request_during_a_slurm_outage_is_a_503(sync: Sync) -> None:
+    sync.bed.slurm.routes[("GET", f"{SLURM}/job/41")] = down()
+    exc = await refused(sync.syncer.request_lock("slurm-1", 41, True, within=1))
+    assert exc.status == 503 and exc.retry_after == 5
+
+
+async def test_a_lock_for_a_node_we_do_not_know_is_none(sync: Sync) -> None:
+    assert await sync.syncer.request_lock("slurm-9", 41, True, within=1) is None
+    assert sync.bed.slurm.seen == []
+
+
+async def test_an_unanswered_request_expires_on_an_idle_node_only(sync: Sync) -> None:
+    syncer = sync.syncer
+    syncer.requests["slurm-1"] = LockRequest(41, True, at=time.monotonic() - REQUEST_TTL - 1)
+    sync.slurm_node("ALLOCATED")
+    facts = syncer.facts("slurm-1")
+    assert facts is not None and not facts.requested and facts.strict is True
+    assert "slurm-1" in syncer.requests, "kept while Slurm runs a job there"
+    sync.slurm_node("IDLE")
+    facts = syncer.facts("slurm-1")
+    assert facts is not None and facts.strict is None and syncer.requests == {}
+
+
+# -- who stays on a locked node ---------------------------------------------------------------
+
+async def test_a_pod_placed_by_sunk_stays_and_one_claiming_to_be_is_evicted(sync: Sync) -> None:
+    bed = sync.bed
+    sync.slurm_node("ALLOCATED")
+    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1"))
+    bed.any_pod(pod(node="node-a", annotations=owned(41)))
+    bed.any_pod(pod("bbbb-0002", name="fake", node="node-a",
+                    annotations=owned(41, uid="bbbb-0002")))  # wrote sunk's job-id itself
+    await sync.syncer.reconcile("slurm-1")
+    assert [p for m, p, _ in bed.kube.seen if p.endswith("/eviction")] == [
+        "/api/v1/namespaces/ns/pods/fake/eviction"]
+
+
+async def test_without_the_scheduler_a_pod_is_sunks_by_its_annotations(sync: Sync) -> None:
+    async with stand_ins.bed(components=["syncer"]) as bed:
+        syncer = Syncer(bed.cluster, bed.executor, bed.slurm_client)
+        mine = pod(node="node-a", annotations=owned(41))
+        copied = pod("bbbb-0002", name="q", node="node-a", annotations=owned(41))
+        assert syncer._placed_by_sunk(mine)
+        assert not syncer._placed_by_sunk(copied), "written for another Pod's uid"
+        assert not syncer._placed_by_sunk(web())
+        syncer.queue.close()
+
+
+# -- what needs a look -------------------------------------------------------------------------
+
+async def test_an_idle_node_needs_no_look_and_each_reason_gives_one(sync: Sync) -> None:
+    bed, syncer = sync.bed, sync.syncer
+    assert not syncer._needs_look("slurm-1", "node-a")
+    sync.slurm_node("MIXED")
+    assert syncer._needs_look("slurm-1", "node-a")
+    sync.slurm_node("IDLE", "DRAIN")
+    assert syncer._needs_look("slurm-1", "node-a")
+    sync.slurm_node("IDLE")
+    for changed in (node(unschedulable=True), node(annotations={STATE: "drain"}),
+                    node(taints=[LOCK_TAINT_SPEC])):
+        put(bed.cluster.node_informer, changed)
+        assert syncer._needs_look("slurm-1", "node-a"), changed
+    put(bed.cluster.node_informer, node())
+    put(bed.cluster.slurmd_informer, slurmd(annotations={LOCK_KEY: "pending"}))
+    assert syncer._needs_look("slurm-1", "node-a")
+    put(bed.cluster.slurmd_informer, slurmd())
+    syncer.requests["slurm-1"] = LockRequest(41, False)
+    assert syncer._needs_look("slurm-1", "node-a")
+
+
+async def test_the_sweep_queues_the_nodes_that_need_a_look(sync: Sync) -> None:
+    bed, syncer = sync.bed, sync.syncer
+    put(bed.cluster.node_informer, node("node-b"))
+    put(bed.cluster.slurmd_informer, slurmd("slurm-2", "node-b"))
+    bed.cluster.set_slurm_nodes([slurm_info("slurm-1", "ALLOCATED"),
+                                 slurm_info("slurm-2", "IDLE")])
+    sweep = asyncio.create_task(syncer._sweep(interval=60))
+    try:
+        await until(lambda: len(syncer.queue) == 1)
+    finally:
+        await stop(sweep)
+    assert await syncer.queue.get() == "slurm-1"
+
+
+async def test_a_pod_event_on_a_node_being_locked_queues_it(sync: Sync) -> None:
+    bed, syncer = sync.bed, sync.syncer
+    bed.any_pod(web())
+    assert len(syncer.queue) == 0, "no lock is being taken"
+    syncer.requests["slurm-1"] = LockRequest(41, True)
+    bed.any_pod(web(), "DELETED")
+    bed.any_pod(pod(), "ADDED")  # not bound: no node to look at
+    assert len(syncer.queue) == 1 and await syncer.queue.get() == "slurm-1"
+
+
+async def test_a_worker_survives_an_outage(sync: Sync) -> None:
+    bed, syncer = sync.bed, sync.syncer
+    put(bed.cluster.node_informer, node(unschedulable=True))
+    bed.slurm.routes[("POST", f"{SLURM}/node/slurm-1")] = down()
+    worker = asyncio.create_task(syncer._work())
+    try:
+        syncer.queue.add("slurm-1")
+        await until(lambda: len(bed.slurm.seen) == 1)
+        await until(lambda: len(syncer.queue) == 0)
+        del bed.slurm.routes[("POST", f"{SLURM}/node/slurm-1")]
+        syncer.queue.add("slurm-1")
+        await until(lambda: len(bed.slurm.seen) == 2)
+        assert not worker.done(), "the outage did not end the worker"
+    finally:
+        await stop(worker)
