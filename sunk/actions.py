@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sunk.fit import Capacity
 from sunk.locking import LockState
 
 # -- a Pod and its job -------------------------------------------------------------------------
@@ -74,6 +75,16 @@ class DeletePod:
 
 
 @dataclass(frozen=True)
+class Refit:
+    """Slurm ran the Pod's job on a Node without room for the Pod in Kubernetes' view: the job
+    is cancelled (its placeholder is told its Pod is gone) and the Pod submitted again, when
+    some Node has room."""
+
+    job_id: int
+    why: str
+
+
+@dataclass(frozen=True)
 class Replace:
     """The Pod's job was lost or failed to launch: it gets a new one (counted per lost job)."""
 
@@ -88,7 +99,7 @@ class RetryLater:
 
 
 PodAction = (PodEvent | ReportIgnored | Annotate | Submit | Reject | Bind | CancelJob | DeletePod
-             | Replace | RetryLater)
+             | Replace | Refit | RetryLater)
 
 # -- a node's lock and drain -------------------------------------------------------------------
 
@@ -134,7 +145,17 @@ class ShowSlurmState:
     on_node: bool = True
 
 
-NodeAction = SetLockTaint | Evict | SetLockState | DrainSlurmNode | ResumeSlurmNode | ShowSlurmState
+@dataclass(frozen=True)
+class ShowCapacity:
+    """Slurm's node definition and Kubernetes' room disagree (or agree again): a metric, an
+    Event on the Node and a line on the dashboard."""
+
+    mismatch: tuple[Capacity, ...]
+    text: str
+
+
+NodeAction = (SetLockTaint | Evict | SetLockState | DrainSlurmNode | ResumeSlurmNode
+              | ShowSlurmState | ShowCapacity)
 
 
 @dataclass(frozen=True)

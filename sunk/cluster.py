@@ -1,8 +1,9 @@
 """The cluster model: what sunk knows of Kubernetes and Slurm, built once and shared.
 
-One instance holds the informers (the Pods that name this scheduler, Nodes, slurmd Pods,
-Namespaces), the index from a Slurm node to its slurmd Pod and Kubernetes Node, Slurm's node
-and job tables, the placement snapshot, the assume cache and the dashboard's records. The
+One instance holds the informers (the Pods that name this scheduler, every Pod with the Node
+it is bound to, Nodes, slurmd Pods, Namespaces), the index from a Slurm node to its slurmd Pod
+and Kubernetes Node, what is bound to each Node (:class:`sunk.fit.NodeUsage`), Slurm's node and
+job tables, the placement snapshot, the assume cache and the dashboard's records. The
 scheduler, the syncer, the hook API and the dashboard read it; only the Slurm poller
 (:mod:`sunk.slurmwatch`) and the executor (:mod:`sunk.executor`) write to it.
 """
@@ -15,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from sunk import kube, placement
+from sunk import fit, kube, locking, placement
 from sunk.assume import AssumeCache
 from sunk.health import Health
 from sunk.jobtable import JobTable
@@ -28,6 +29,11 @@ from sunk.supervise import forever
 log = logging.getLogger("sunk.cluster")
 
 PodHandler = Callable[[str, kube.Obj], None]
+
+
+def label_terms(text: str) -> dict[str, str]:
+    """A label selector's ``key=value`` terms (the slurmd Pods')."""
+    return dict(part.split("=", 1) for part in text.split(",") if "=" in part)
 
 
 class Cluster:
@@ -51,6 +57,15 @@ class Cluster:
             api, "pods", namespace=settings.slurmd_namespace,
             label_selector=settings.slurmd_label_selector, handler=self._on_other)
         self.namespace_informer = kube.Informer(api, "namespaces")
+        #: Every Pod (for what is bound to each Node: fit checks and node locks).
+        self.all_pods = kube.Informer(api, "pods", handler=self._on_any_pod)
+        self.slurmd_selector = label_terms(settings.slurmd_label_selector)
+        self.usage = fit.NodeUsage(staying=self._stays_beside_slurm, reserved=self._reserved)
+        #: Node name -> the Pods bound to it, by key (a lock looks at one Node's Pods).
+        self._on_node: dict[str, dict[str, kube.Obj]] = {}
+        self._node_of: dict[str, str] = {}
+        #: Called for every change of any Pod (the syncer's locks).
+        self.any_pod_handlers: list[PodHandler] = []
         self.health = Health(self.state, poll_interval=settings.slurm_poll_interval,
                              informers=self.informers)
         self.ready = asyncio.Event()
@@ -67,7 +82,7 @@ class Cluster:
     def informers(self) -> list[kube.Informer]:
         """The informers that run: the scheduled Pods' and Namespaces' only with the scheduler
         component."""
-        shared = [self.node_informer, self.slurmd_informer]
+        shared = [self.node_informer, self.slurmd_informer, self.all_pods]
         if self.scheduling:
             shared += [*self.pod_informers, self.namespace_informer]
         return shared
@@ -112,6 +127,53 @@ class Cluster:
     def _on_other(self, kind: str, obj: kube.Obj) -> None:
         self.assumed.observe(kind, obj)
 
+    # -- every Pod, by the Node it is bound to ---------------------------------------------------
+    def _on_any_pod(self, kind: str, pod: kube.Obj) -> None:
+        key = kube.key(pod)
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if (was := self._node_of.pop(key, None)) is not None:
+            on_node = self._on_node[was]
+            on_node.pop(key, None)
+            if not on_node:
+                del self._on_node[was]
+        if node_name and kind != "DELETED":
+            self._on_node.setdefault(node_name, {})[key] = pod
+            self._node_of[key] = node_name
+        self.usage.observe(kind, pod)
+        for handler in self.any_pod_handlers:
+            handler(kind, pod)
+
+    def pods_on(self, node: str) -> list[kube.Obj]:
+        return list(self._on_node.get(node, {}).values())
+
+    def any_pod(self, key: str) -> kube.Obj | None:
+        return self.all_pods.cache.get(key)
+
+    def _is_slurmd(self, pod: kube.Obj) -> bool:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        return bool(self.slurmd_selector) and all(
+            labels.get(k) == v for k, v in self.slurmd_selector.items())
+
+    def _stays_beside_slurm(self, pod: kube.Obj) -> bool:
+        """Left in place by a node lock, so it counts against a Slurm job's Pod. A Pod naming
+        this scheduler counts as placed by sunk here (a conservative count: the lock itself
+        asks Slurm, :meth:`sunk.syncer.Syncer._placed_by_sunk`)."""
+        placed = (pod.get("spec") or {}).get("schedulerName") == self.settings.scheduler_name
+        return locking.pod_on_node(pod, placed_by_sunk=placed,
+                                   slurmd_selector=self.slurmd_selector).stays
+
+    def _reserved(self, pod: kube.Obj) -> bool:
+        """What Slurm's node definition must leave room for: the slurmd Pod, DaemonSet Pods."""
+        owners = (pod.get("metadata") or {}).get("ownerReferences") or []
+        return self._is_slurmd(pod) or any(o.get("kind") == "DaemonSet" for o in owners)
+
+    def room(self, pod: kube.Obj, node: str) -> list[str]:
+        """What Node ``node`` lacks for ``pod`` in Kubernetes' view ([] if it fits)."""
+        obj = self.node(node)
+        if obj is None:
+            return [f"no Node {node}"]
+        return fit.shortfall(fit.pod_requests(pod), fit.allocatable(obj), self.usage.used(node))
+
     async def wait_pod_gone(self, uid: str, within: float) -> bool:
         """Whether the Pod ``uid`` is gone within ``within`` seconds."""
         gone = self._gone.setdefault(uid, asyncio.Event())
@@ -154,9 +216,11 @@ class Cluster:
             name: placement.NodeInfo(
                 name=name, labels=n["metadata"].get("labels") or {},
                 taints=tuple((n.get("spec") or {}).get("taints") or ()),
-                unschedulable=bool((n.get("spec") or {}).get("unschedulable")))
+                unschedulable=bool((n.get("spec") or {}).get("unschedulable")),
+                allocatable=fit.allocatable(n))
             for name, n in self.node_informer.cache.items()}
         snapshot = placement.Snapshot(slurm_to_k8s=self.index().to_k8s, nodes=nodes,
-                                      slurm_nodes=self.slurm_node_names)
+                                      slurm_nodes=self.slurm_node_names,
+                                      used=self.usage.used)
         self._snapshot = (version, snapshot)
         return snapshot

@@ -18,6 +18,7 @@ from typing import Any
 from sunk import actions as do
 from sunk import kube, metrics, ownership
 from sunk.cluster import Cluster
+from sunk.fit import Capacity
 from sunk.hookauth import HookKeys, job_owner
 from sunk.locking import LOCK_KEY, LOCK_TAINT_SPEC, LockState
 from sunk.nodeplan import NodeFacts
@@ -43,8 +44,11 @@ class PodMemory:
     told_ignored: set[str] = field(default_factory=set)
     #: Pod uid -> the newest job id known before a submit whose answer was lost.
     uncertain_submits: dict[str, int] = field(default_factory=dict)
+    #: Pod uid -> its jobs cancelled because their Node had no room for it.
+    refitted: dict[str, set[int]] = field(default_factory=dict)
 
     def forget(self, uid: str) -> None:
+        self.refitted.pop(uid, None)
         self.replaced.pop(uid, None)
         self.told_ignored.discard(uid)
         self.uncertain_submits.pop(uid, None)
@@ -90,6 +94,10 @@ class Executor:
                     self.pod_event(pod, record, "IgnoredAnnotations", message, warning=True)
                 case do.Replace(lost_job):
                     self.memory.replaced.setdefault(uid, set()).add(lost_job)
+                case do.Refit(job_id, why):
+                    self.memory.refitted.setdefault(uid, set()).add(job_id)
+                    metrics.REFITS.inc()
+                    await self.cancel(job_id, kube.key(pod), why)
                 case do.Annotate(annotations, note):
                     await self.annotate_pod(pod, annotations)
                     if note:
@@ -187,7 +195,16 @@ class Executor:
 
     async def _bind(self, pod: kube.Obj, record: PodRecord, k8s_node: str, slurm_node: str,
                     job_id: int) -> None:
-        await self.kube.bind(pod, k8s_node)
+        # Checked and counted with no await between: two Pods bound at once to one Node
+        # cannot both take its last room.
+        if lacking := self.cluster.room(pod, k8s_node):
+            raise RetryLater(f"Node {k8s_node} has no room any more: {'; '.join(lacking)}")
+        self.cluster.usage.assume_bound(pod, k8s_node)
+        try:
+            await self.kube.bind(pod, k8s_node)
+        except BaseException:
+            self.cluster.usage.observe("MODIFIED", pod)  # not bound: hold nothing there
+            raise
         self.cluster.assumed.bound(pod["metadata"]["uid"])
         record.bound_at = time.time()
         record.k8s_node = k8s_node
@@ -232,6 +249,8 @@ class Executor:
                     log.info("resumed Slurm node %s: %s", facts.slurm_node, why)
                 case do.ShowSlurmState():
                     await self._show_slurm_state(facts, node, slurmd, action)
+                case do.ShowCapacity(mismatch, text):
+                    self._show_capacity(facts, node, mismatch, text)
 
     async def _annotate(self, obj: kube.Obj, kind: str, annotations: Any) -> None:
         meta = obj["metadata"]
@@ -288,6 +307,27 @@ class Executor:
             return
         metrics.EVICTIONS.labels(result="evicted").inc()
         log.info("evicted pod %s to lock Slurm node %s", key, slurm_node)
+
+    def _show_capacity(self, facts: NodeFacts, node: kube.Obj,
+                       mismatch: tuple[Capacity, ...], text: str) -> None:
+        before = self.cluster.state.capacity.get(facts.slurm_node, "")
+        differ = {c.resource: c.slurm - c.kubernetes for c in mismatch}
+        for resource in ("cpu", "memory", self.settings.gpu_resource):
+            metrics.NODE_CAPACITY_MISMATCH.labels(node=facts.slurm_node, resource=resource).set(
+                differ.get(resource, 0))
+        if text:
+            self.cluster.state.capacity[facts.slurm_node] = text
+            log.warning("Slurm node %s and Node %s disagree: %s", facts.slurm_node,
+                        facts.k8s_node, text)
+        else:
+            self.cluster.state.capacity.pop(facts.slurm_node, None)
+        over = any(c.over for c in mismatch)
+        self.node_event(node, "SlurmNodeSizeMismatch" if text else "SlurmNodeSizeAgrees",
+                        f"Slurm node {facts.slurm_node}: {text}" + (
+                            "; Slurm may place jobs whose Pods the kubelet refuses (sunk "
+                            "excludes the Node from those jobs)" if over else "")
+                        if text else f"Slurm node {facts.slurm_node} and the Node agree again"
+                        + (f" (were: {before})" if before else ""), warning=over)
 
     async def _show_slurm_state(self, facts: NodeFacts, node: kube.Obj, slurmd: kube.Obj,
                                 show: do.ShowSlurmState) -> None:

@@ -53,6 +53,8 @@ class HookAnswers:
         who = self.cluster.jobs.owner(job_id)
         if who is None or who.scheduler != self.cluster.settings.scheduler_name:
             return None
+        if job_id in self.executor.memory.refitted.get(who.uid, ()):
+            return who, None  # cancelled to go elsewhere: its Pod is no longer this job's
         return who, self.cluster.pod_of(who)
 
     def job_owner(self, job_id: int) -> str | None:

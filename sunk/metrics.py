@@ -22,3 +22,9 @@ HOOK_CALLS = Counter("sunk_hook_calls_total", "Hook API calls", ["hook", "status
 LOCK_TRANSITIONS = Counter("sunk_node_lock_transitions_total", "Node lock state changes",
                            ["state"])
 EVICTIONS = Counter("sunk_lock_evictions_total", "Evictions made to lock nodes", ["result"])
+REFITS = Counter("sunk_refits_total", "Jobs cancelled and resubmitted because Slurm chose a Node "
+                 "without room for the Pod in Kubernetes' view")
+NODE_CAPACITY_MISMATCH = Gauge(
+    "sunk_node_capacity_mismatch", "What Slurm's node definition offers minus what Kubernetes "
+    "leaves for Slurm (allocatable minus the slurmd and DaemonSet Pods' requests); 0 when they "
+    "agree, above 0 when Slurm may place more than the Node holds", ["node", "resource"])

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sunk import actions as do
-from sunk import locking
+from sunk import fit, locking
 from sunk.locking import LockState
 
 K8S_DRAIN_PREFIX = "k8s:"
@@ -44,10 +44,19 @@ class NodeFacts:
     #: What the slurmd Pod and the Node show now of Slurm's state (their annotations).
     pod_shows: Mapping[str, str] = field(default_factory=dict)
     node_shows: Mapping[str, str] = field(default_factory=dict)
+    #: Where Slurm's node definition and Kubernetes' room disagree, and what was last shown.
+    mismatch: tuple[fit.Capacity, ...] = ()
+    capacity_shown: str = ""
 
 
 def plan_node(facts: NodeFacts) -> tuple[do.NodeAction, ...]:
-    return (*plan_lock(facts), *plan_drain(facts))
+    return (*plan_lock(facts), *plan_drain(facts), *plan_capacity(facts))
+
+
+def plan_capacity(facts: NodeFacts) -> tuple[do.NodeAction, ...]:
+    """Tell a disagreement between Slurm's view and Kubernetes' once, and when it ends."""
+    text = fit.describe(facts.mismatch)
+    return () if text == facts.capacity_shown else (do.ShowCapacity(facts.mismatch, text),)
 
 
 def plan_lock(facts: NodeFacts) -> tuple[do.NodeAction, ...]:

@@ -1,24 +1,34 @@
 """Which Slurm nodes a Pod must not land on (pure).
 
-The reference scheduler ignores taints and node affinity, so Slurm may pick a Node whose kubelet
-then rejects the Pod. We narrow Slurm's choice instead: every Slurm node whose Kubernetes Node
-the Pod could not run on goes into the job's ``excluded_nodes``. Slurm still picks among the rest
-(never a full ``required_nodes`` list: after a node removal and a slurmctld restart that killed
-every such job in a peer project).
+The reference scheduler ignores taints, node affinity and the Node's room, so Slurm may pick a
+Node whose kubelet then rejects the Pod. We narrow Slurm's choice instead: every Slurm node
+whose Kubernetes Node the Pod could not run on (a taint, a selector, affinity, or no room left
+in Kubernetes' view: :mod:`sunk.fit`) goes into the job's ``excluded_nodes``. Slurm still
+picks among the rest (never a full ``required_nodes`` list: after a node removal and a
+slurmctld restart that killed every such job in a peer project).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from sunk import fit
 
 LOCK_TAINT = "sunk.coreweave.com/lock"
 _BLOCKING_EFFECTS = {"NoSchedule", "NoExecute"}
 #: Why a node is excluded, when that may pass by itself (a cordon lifted, a slurmd Pod back).
 UNMAPPED = "no slurmd Pod runs it"
 CORDONED = "unschedulable (cordoned)"
+#: Why a node is excluded when it lacks room for the Pod (that passes too, as Pods end).
+NO_ROOM = "no room"
 PASSING_REASONS = frozenset({UNMAPPED, CORDONED})
+
+
+def passes(reason: str) -> bool:
+    """Whether an exclusion may pass by itself (and the Pod should wait, not be rejected)."""
+    return reason in PASSING_REASONS or reason.startswith(NO_ROOM)
 
 
 @dataclass(frozen=True)
@@ -29,6 +39,8 @@ class NodeInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Mapping[str, Any], ...] = ()
     unschedulable: bool = False
+    #: The Node's allocatable (None: unknown, so room is not checked).
+    allocatable: fit.Resources | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,15 @@ class Snapshot:
     nodes: Mapping[str, NodeInfo]
     #: Slurm nodes Slurm knows of (None: not known yet, so only mapped nodes are considered).
     slurm_nodes: frozenset[str] | None = None
+    #: Node name -> the requests bound there that a node lock leaves (None: room unchecked).
+    used: Callable[[str], fit.Resources] | None = None
+
+    def room(self, wants: fit.Resources, node: NodeInfo) -> str | None:
+        """None if the Node has room for ``wants`` in Kubernetes' view, else what it lacks."""
+        if self.used is None or node.allocatable is None:
+            return None
+        lacking = fit.shortfall(wants, node.allocatable, self.used(node.name))
+        return f"{NO_ROOM}: {'; '.join(lacking)}" if lacking else None
 
 
 def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
@@ -117,11 +138,12 @@ def node_fits(pod: Mapping[str, Any], node: NodeInfo) -> str | None:
 def excluded_slurm_nodes(pod: Mapping[str, Any], snap: Snapshot) -> list[str]:
     """Slurm nodes the Pod must not get: unmapped ones, and those on Nodes it does not fit."""
     known = snap.slurm_nodes if snap.slurm_nodes is not None else frozenset(snap.slurm_to_k8s)
+    wants = fit.pod_requests(pod)
     excluded = []
     for slurm_node in sorted(known):
         k8s = snap.slurm_to_k8s.get(slurm_node)
         node = snap.nodes.get(k8s) if k8s else None
-        if node is None or node_fits(pod, node) is not None:
+        if node is None or node_fits(pod, node) is not None or snap.room(wants, node):
             excluded.append(slurm_node)
     return excluded
 
@@ -132,7 +154,7 @@ def why_excluded(pod: Mapping[str, Any], snap: Snapshot, slurm_node: str) -> str
     node = snap.nodes.get(k8s) if k8s else None
     if node is None:
         return UNMAPPED
-    return node_fits(pod, node) or ""
+    return node_fits(pod, node) or snap.room(fit.pod_requests(pod), node) or ""
 
 
 def feasible_k8s_nodes(pod: Mapping[str, Any], snap: Snapshot) -> list[str]:

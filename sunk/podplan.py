@@ -33,11 +33,16 @@ class PodFacts:
     told_ignored: bool = False
     #: Jobs of this Pod already replaced (lost, or failed to launch).
     replaced: Set[int] = field(default_factory=frozenset)
+    #: What the job's Node lacks for the Pod in Kubernetes' view (() if it has room).
+    no_room: tuple[str, ...] = ()
+    #: The Pod's job was cancelled because its Node had no room: it gets a new one.
+    refitted: bool = False
 
 
 def plan_pod(facts: PodFacts) -> do.Plan:
     """The actions for one Pod; ``submit`` asks the caller to run :func:`plan_submission`."""
-    view, owned, job = facts.view, facts.owned, facts.job
+    view, owned = facts.view, facts.owned
+    job = None if facts.refitted else facts.job  # a job cancelled to refit holds nothing
     first: list[do.PodAction] = []
     if owned.ignored and not facts.told_ignored:
         what = "; ".join(f"{k}: {why}" for k, why in owned.ignored.items())
@@ -46,7 +51,7 @@ def plan_pod(facts: PodFacts) -> do.Plan:
             + ("The Pod is scheduled from scratch." if owned.job_id is None
                else f"Its job is {owned.job_id}.")))
     step = decide(view, job)
-    if step is Step.SUBMIT and view.job_id is not None:
+    if step is Step.SUBMIT and view.job_id is not None and not facts.refitted:
         what = f"job {view.job_id} " + (f"{job.state.lower()} before it started" if job
                                         else "was lost by Slurm before it ran")
         if view.job_id not in facts.replaced:  # counted once per lost job, not per retry
@@ -66,6 +71,13 @@ def plan_pod(facts: PodFacts) -> do.Plan:
                                   f"no slurmd Pod has hostname {job.node}; waiting",
                                   warning=True),
                       do.RetryLater(f"Slurm node {job.node} has no slurmd Pod")]
+        elif facts.no_room:
+            why = (f"Slurm ran job {view.job_id} on {job.node}, but Node {facts.k8s_node} has "
+                   f"no room for the Pod ({'; '.join(facts.no_room)}): the kubelet would refuse "
+                   "it")
+            first += [do.PodEvent("NoRoomOnNode", f"{why}. The job is cancelled and the Pod "
+                                  "submitted again when a Node has room.", warning=True),
+                      do.Refit(view.job_id, why)]
         else:
             first.append(do.Bind(facts.k8s_node, job.node, view.job_id))
     elif step is Step.CANCEL_JOB and view.job_id is not None:

@@ -191,6 +191,9 @@ class Scheduler:
         owned = await self._ownership(pod)
         job = await self._job_view(owned.job_id, uid)
         memory = self.executor.memory
+        k8s_node = self.cluster.index().to_k8s.get(job.node) if job is not None else None
+        placing = (job is not None and k8s_node is not None and job.started
+                   and not self.cluster.assumed.is_bound(pod))
         return podplan.PodFacts(
             key=kube.key(pod),
             view=PodView(phase=(pod.get("status") or {}).get("phase", "Pending"),
@@ -198,9 +201,11 @@ class Scheduler:
                          deleting=bool(meta.get("deletionTimestamp")),
                          job_id=owned.job_id, rejected=bool(owned.rejected)),
             owned=owned, job=job,
-            k8s_node=self.cluster.index().to_k8s.get(job.node) if job is not None else None,
+            k8s_node=k8s_node,
             told_ignored=uid in memory.told_ignored,
-            replaced=frozenset(memory.replaced.get(uid, ())))
+            replaced=frozenset(memory.replaced.get(uid, ())),
+            no_room=tuple(self.cluster.room(pod, k8s_node)) if placing and k8s_node else (),
+            refitted=owned.job_id in memory.refitted.get(uid, ()))
 
     async def _ownership(self, pod: kube.Obj) -> ownership.Ownership:
         """What the Pod's scheduler-owned annotations may be believed to say

@@ -133,8 +133,8 @@ class SlurmWatch:
         for job_id in plan.gone:
             self._forget(job_id)
         for job_id in plan.fetch:
-            before = self.jobs.get(job_id)
             fresh = await self.call(functools.partial(self.slurm.job, job_id))
+            before = self.jobs.get(job_id)  # after the read: the started hook may have come
             if fresh is None:
                 self._forget(job_id)
                 continue

@@ -60,6 +60,8 @@ class SchedulerState:
     slurm_error: str = ""
     #: Slurm node name -> slurmrestd's node record (state, reason, cpus, alloc_cpus, ...).
     slurm_nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Slurm node name -> how its definition disagrees with Kubernetes' room (if it does).
+    capacity: dict[str, str] = field(default_factory=dict)
 
     def record(self, namespace: str, name: str, uid: str, created: float) -> PodRecord:
         key = f"{namespace}/{name}"

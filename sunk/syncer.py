@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from sunk import kube, locking, nodeplan
+from sunk import fit, kube, locking, nodeplan
 from sunk.cluster import Cluster
 from sunk.executor import Executor
 from sunk.hookanswers import answering
@@ -44,34 +46,24 @@ class LockRequest:
         return now - self.at < REQUEST_TTL
 
 
-def _selector(text: str) -> dict[str, str]:
-    return dict(part.split("=", 1) for part in text.split(",") if "=" in part)
-
-
 class Syncer:
     def __init__(self, cluster: Cluster, executor: Executor, slurm: SlurmClient) -> None:
         self.cluster = cluster
         self.executor = executor
         self.slurm = slurm
         self.settings = settings = cluster.settings
-        self.pods = kube.Informer(cluster.api, "pods", handler=self._on_pod)
         self.requests: dict[str, LockRequest] = {}
-        #: The Pods on each Node, kept by the Pod handler (a lock looks at one Node's Pods;
-        #: scanning every Pod in the cluster for them cost 5% of the scheduler's CPU).
-        self._on_node: dict[str, dict[str, kube.Obj]] = {}
-        self._node_of: dict[str, str] = {}
         self.queue = WorkQueue()
         self._changed: dict[str, asyncio.Event] = {}
         self.state_key = settings.annotation("slurm-state")
         self.reason_key = settings.annotation("slurm-reason")
-        self.slurmd_selector = _selector(settings.slurmd_label_selector)
+        self.slurmd_selector = cluster.slurmd_selector
         executor.on_lock_changed = self._lock_changed
+        cluster.any_pod_handlers.append(self._on_pod)
 
     # -- running -----------------------------------------------------------------------------
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(self.pods.run())
-            await self.pods.synced.wait()
             await self.cluster.ready.wait()
             for _ in range(4):
                 tasks.create_task(self._work())
@@ -97,7 +89,18 @@ class Syncer:
                 or bool((node.get("spec") or {}).get("unschedulable"))
                 or bool(set(info.get("state") or []) & {"DRAIN", "DOWN"})
                 or self.state_key in annotations
-                or self.cluster.assumed.has_taint(node, LOCK_KEY))
+                or self.cluster.assumed.has_taint(node, LOCK_KEY)
+                or fit.describe(self._mismatch(slurm_node, k8s_node, info))
+                != self.cluster.state.capacity.get(slurm_node, ""))
+
+    def _mismatch(self, slurm_node: str, k8s_node: str,
+                  info: Mapping[str, Any]) -> tuple[fit.Capacity, ...]:
+        node = self.cluster.node(k8s_node)
+        if node is None or not info:
+            return ()
+        return fit.capacity_mismatch(info, fit.allocatable(node),
+                                     self.cluster.usage.reserved_on(k8s_node),
+                                     gpu_resource=self.settings.gpu_resource)
 
     async def _work(self) -> None:
         while True:
@@ -111,18 +114,8 @@ class Syncer:
                 self.queue.done(node)
 
     def _on_pod(self, kind: str, pod: kube.Obj) -> None:
-        """Keep the index of Pods by Node; a Pod on a locking Node changed (an evicted Pod
-        went): look at that node again."""
-        key = kube.key(pod)
+        """A Pod on a locking Node changed (an evicted Pod went): look at that node again."""
         node_name = (pod.get("spec") or {}).get("nodeName")
-        if (was := self._node_of.pop(key, None)) is not None:
-            on_node = self._on_node[was]
-            on_node.pop(key, None)
-            if not on_node:
-                del self._on_node[was]
-        if node_name and kind != "DELETED":
-            self._on_node.setdefault(node_name, {})[key] = pod
-            self._node_of[key] = node_name
         if not node_name or not self.requests:  # most Pod events: no lock is being taken
             return
         for slurm_node in self.cluster.index().from_k8s.get(node_name, ()):
@@ -197,9 +190,6 @@ class Syncer:
         owned = self.executor.owned
         return annotations.get(owned.pod_uid) == uid and owned.job_id in annotations
 
-    def pods_on(self, k8s_node: str) -> list[kube.Obj]:
-        return list(self._on_node.get(k8s_node, {}).values())
-
     def facts(self, slurm_node: str) -> nodeplan.NodeFacts | None:
         """What the node's plan needs, from the caches (None: not one to act on yet)."""
         index = self.cluster.index()
@@ -225,9 +215,11 @@ class Syncer:
             strict=request.strict if request is not None else None,
             pods=tuple(locking.pod_on_node(p, placed_by_sunk=self._placed_by_sunk(p),
                                            slurmd_selector=self.slurmd_selector)
-                       for p in self.pods_on(k8s_node)),
+                       for p in self.cluster.pods_on(k8s_node)),
             state_key=self.state_key, reason_key=self.reason_key,
-            pod_shows=pod_shows, node_shows=self.cluster.assumed.annotations(node))
+            pod_shows=pod_shows, node_shows=self.cluster.assumed.annotations(node),
+            mismatch=self._mismatch(slurm_node, k8s_node, slurm_info),
+            capacity_shown=self.cluster.state.capacity.get(slurm_node, ""))
 
     async def reconcile(self, slurm_node: str) -> None:
         facts = self.facts(slurm_node)
@@ -238,4 +230,4 @@ class Syncer:
         slurmd = index.slurmd[slurm_node]
         assert node is not None
         await self.executor.apply_node(facts, node, slurmd, nodeplan.plan_node(facts),
-                                       pod_of=self.pods.cache.get)
+                                       pod_of=self.cluster.any_pod)

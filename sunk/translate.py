@@ -11,11 +11,9 @@ import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
-from sunk import placement
-from sunk.quantity import Quantity
+from sunk import fit, placement
 from sunk.slurm.job import PodIdentity, admin_comment, job_extra, job_name
 
 #: Mapping names (as policies produce them) copied as plain strings into the job.
@@ -65,28 +63,6 @@ class TranslateSettings:
     kill_wait_seconds: float = 30
 
 
-def pod_requests(pod: Mapping[str, Any]) -> dict[str, Fraction]:
-    """Effective requests, as Kubernetes computes them: max(sum of containers, any init container)
-    per resource, plus the Pod's overhead. Bad quantities raise ValueError (policies catch them
-    first)."""
-    spec = pod.get("spec") or {}
-
-    def requests(container: Mapping[str, Any]) -> dict[str, Fraction]:
-        raw = (container.get("resources") or {}).get("requests") or {}
-        return {k: Quantity.parse(str(v)).value for k, v in raw.items()}
-
-    total: dict[str, Fraction] = {}
-    for c in spec.get("containers") or []:
-        for k, v in requests(c).items():
-            total[k] = total.get(k, Fraction(0)) + v
-    for c in spec.get("initContainers") or []:
-        for k, v in requests(c).items():
-            total[k] = max(total.get(k, Fraction(0)), v)
-    for k, v in (spec.get("overhead") or {}).items():
-        total[k] = total.get(k, Fraction(0)) + Quantity.parse(str(v)).value
-    return total
-
-
 def _gres(pod: Mapping[str, Any], gpus: int, snap: placement.Snapshot,
           settings: TranslateSettings) -> str:
     """``gres/gpu:TYPE:N`` when the Pod can only land on one GPU model we know a type for."""
@@ -102,10 +78,10 @@ def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
     """The placeholder job for ``pod``."""
     meta = pod["metadata"]
     who = PodIdentity(meta["namespace"], meta["name"], meta["uid"], settings.scheduler_name)
-    requests = pod_requests(pod)
-    cpus = max(1, math.ceil(requests.get("cpu", Fraction(0))))
-    memory_mib = max(1, math.ceil(requests.get("memory", Fraction(0)) / 2**20))
-    gpus = math.ceil(requests.get(settings.gpu_resource, Fraction(0)))
+    requests = fit.pod_requests(pod)
+    cpus = max(1, math.ceil(requests.get("cpu", 0) / 1000))  # millicores, rounded up
+    memory_mib = max(1, math.ceil(requests.get("memory", 0) / 2**20))
+    gpus = requests.get(settings.gpu_resource, 0)
     extra = job_extra(who)
     job: dict[str, Any] = {
         "name": job_name(who),
@@ -147,11 +123,20 @@ def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
     requested = {k: [str(n) for n in mappings.get(k) or []] for k in _LIST_FIELDS}
     by_placement = set(placement.excluded_slurm_nodes(pod, snap))
     excluded = sorted(set(requested["excluded_nodes"]) | by_placement)
+    known = snap.slurm_nodes if snap.slurm_nodes is not None else frozenset(snap.slurm_to_k8s)
+    if known and by_placement >= known:
+        full = {n: why for n in sorted(known)
+                if (why := placement.why_excluded(pod, snap, n)).startswith(placement.NO_ROOM)}
+        if full:  # room frees up as Pods end: wait, rather than send a job no node can run
+            said = "; ".join(f"{n}: {why}" for n, why in list(full.items())[:3])
+            raise LookupError(f"no Node has room for the Pod now ({said}"
+                              + (f"; and {len(full) - 3} more" if len(full) > 3 else "")
+                              + "); waiting")
     if conflict := sorted(set(requested["required_nodes"]) & set(excluded)):
         reasons = {n: ("in excluded-nodes" if n in requested["excluded_nodes"]
                        else placement.why_excluded(pod, snap, n)) for n in conflict}
         said = "; ".join(f"{n}: {why}" for n, why in reasons.items())
-        if all(why in placement.PASSING_REASONS for why in reasons.values()):
+        if all(placement.passes(why) for why in reasons.values()):
             raise LookupError(f"required node(s) not usable yet ({said}); waiting")
         raise Unschedulable("PlacementConflict",
                             f"required node(s) excluded ({said}): Slurm would refuse the job "

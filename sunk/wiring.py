@@ -59,6 +59,9 @@ class DashboardSource:
     def slurmd_informer(self) -> kube.Informer:
         return self.cluster.slurmd_informer
 
+    def node_requests(self, node: str) -> Mapping[str, int]:
+        return self.cluster.usage.used(node)
+
     async def pod_events(self, namespace: str, name: str, uid: str
                          ) -> list[dict[str, Any]] | str:
         try:

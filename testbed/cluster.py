@@ -34,6 +34,8 @@ from testbed.topology import (
     NODE_MEMORY_MIB,
     NODESET,
     SLURM_NAMESPACE,
+    SLURMD_CPUS,
+    SLURMD_MEMORY_MIB,
     TestbedNode,
     nodes,
 )
@@ -330,7 +332,8 @@ def _wait_kubernetes(tb: Testbed) -> None:
 
 
 def _node_manifest(node: TestbedNode) -> dict[str, Any]:
-    resources = {"cpu": str(NODE_CPUS), "memory": f"{NODE_MEMORY_MIB}Mi",
+    resources = {"cpu": str(NODE_CPUS + SLURMD_CPUS),
+                 "memory": f"{NODE_MEMORY_MIB + SLURMD_MEMORY_MIB}Mi",
                  "nvidia.com/gpu": str(NODE_GPUS), "pods": "110"}
     return {
         "apiVersion": "v1", "kind": "Node",
@@ -367,7 +370,8 @@ def _slurmd_pod_manifest(node: TestbedNode, suite: str) -> dict[str, Any]:
             "nodeName": node.k8s_name,
             "containers": [{
                 "name": "slurmd", "image": f"sunk-testbed/slurmd:{build.SLURM_SUITES[suite]}",
-                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                "resources": {"requests": {"cpu": str(SLURMD_CPUS),
+                                           "memory": f"{SLURMD_MEMORY_MIB}Mi"}},
             }],
             "tolerations": [{"operator": "Exists"}],
             "terminationGracePeriodSeconds": 5,

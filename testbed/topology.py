@@ -6,9 +6,13 @@ from dataclasses import dataclass
 
 #: GPU model label value -> Slurm GRES type, cycled over the nodes so placement has a choice.
 GPU_MODELS = (("H100_NVLINK_80GB", "h100"), ("A100_PCIE_80GB", "a100"))
+#: What each Slurm node offers Slurm. The Kubernetes Node has room for that plus the slurmd
+#: Pod's own requests: Slurm's view and Kubernetes' agree (docs/chart.md, "Node sizes").
 NODE_CPUS = 32
 NODE_MEMORY_MIB = 256 * 1024
 NODE_GPUS = 8
+SLURMD_CPUS = 1
+SLURMD_MEMORY_MIB = 1024
 SLURM_NAMESPACE = "slurm"
 NODESET = "compute"
 

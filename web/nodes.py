@@ -9,33 +9,17 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from sunk.fit import allocatable
 from sunk.locking import LOCK_KEY
+from sunk.slurm.text import gpu_count
+from sunk.slurm.text import number as _number
 from web.pods import FINISHED_PHASES
 from web.protocol import SchedulerView
 from web.viewmodels import NodeList, NodeRow
 
 #: Slurm job states in which the job holds its node.
 _ACTIVE_JOB_STATES: Final = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"})
-_GPU: Final = re.compile(r"(?:^|,)gpu(?::[^:(,]+)?:(\d+)")
 _RANGE: Final = re.compile(r"\[([^\]]+)\]")
-
-
-def _number(value: Any) -> int:
-    """slurmrestd's numbers: plain, or ``{"set": true, "infinite": false, "number": N}``."""
-    if isinstance(value, Mapping):
-        return int(value.get("number") or 0) if value.get("set", True) else 0
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
-def gpu_count(gres: str | None) -> int:
-    """GPUs in a Slurm GRES string: ``gpu:a100:8(S:0-1),gpu:h100:2`` -> 10; ``gres_used`` too
-    (``gpu:a100:2(IDX:0,3)``)."""
-    if not gres or gres == "N/A":
-        return 0
-    return sum(int(n) for n in _GPU.findall(gres))
 
 
 def expand_hostlist(text: str) -> list[str]:
@@ -119,6 +103,9 @@ def nodes(scheduler: SchedulerView, *, state: str = "") -> NodeList:
         drain_reason = reason if "DRAIN" in flags else ""
         cpus, memory = _number(raw.get("cpus")), _number(raw.get("real_memory"))
         gpus = gpu_count(raw.get("gres"))
+        alloc = allocatable(k8s) if k8s is not None else {}
+        requested = scheduler.node_requests(k8s_name) if k8s_name else {}
+        gpu = scheduler.settings.gpu_resource
         row = NodeRow(
             slurm_node=name, k8s_node=k8s_name,
             slurm_state="+".join(flags) if flags else "UNKNOWN", state_flags=flags,
@@ -130,7 +117,13 @@ def nodes(scheduler: SchedulerView, *, state: str = "") -> NodeList:
             jobs=sorted(jobs_on.get(name, [])), pods=sorted(pods_on.get(name, [])),
             cpus=cpus, cpus_free=max(0, cpus - _number(raw.get("alloc_cpus"))),
             memory_mib=memory, memory_free_mib=max(0, memory - _number(raw.get("alloc_memory"))),
-            gpus=gpus, gpus_free=max(0, gpus - gpu_count(raw.get("gres_used"))))
+            gpus=gpus, gpus_free=max(0, gpus - gpu_count(raw.get("gres_used"))),
+            k8s_cpus=alloc.get("cpu", 0) / 1000,
+            k8s_cpus_requested=requested.get("cpu", 0) / 1000,
+            k8s_memory_mib=int(alloc.get("memory", 0) / 2**20),
+            k8s_memory_requested_mib=int(requested.get("memory", 0) / 2**20),
+            k8s_gpus=int(alloc.get(gpu, 0)), k8s_gpus_requested=int(requested.get(gpu, 0)),
+            size_mismatch=scheduler.state.capacity.get(name, ""))
         if node_matches(row, state):
             rows.append(row)
     return NodeList(total=len(names), nodes=rows)

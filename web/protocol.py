@@ -66,6 +66,11 @@ class SchedulerView(Protocol):
     @property
     def slurmd_informer(self) -> InformerView: ...
 
+    def node_requests(self, node: str) -> Mapping[str, int]:
+        """What the Pods bound to Kubernetes Node ``node`` request, counting only those a node
+        lock leaves in place (``sunk.fit.NodeUsage``; CPU in millicores, memory in bytes)."""
+        ...
+
     async def pod_events(self, namespace: str, name: str, uid: str
                          ) -> list[dict[str, Any]] | str:
         """The Pod's core/v1 Events as the API server returns them (``involvedObject.uid`` is

@@ -134,6 +134,16 @@ class NodeRow:
     memory_free_mib: int
     gpus: int
     gpus_free: int
+    #: Kubernetes' side: the Node's allocatable, and what the Pods bound there that a node lock
+    #: leaves in place request (the slurmd Pod, DaemonSet Pods, sunk's Pods, ...).
+    k8s_cpus: float = 0
+    k8s_cpus_requested: float = 0
+    k8s_memory_mib: int = 0
+    k8s_memory_requested_mib: int = 0
+    k8s_gpus: int = 0
+    k8s_gpus_requested: int = 0
+    #: How Slurm's node definition disagrees with what Kubernetes leaves for Slurm ("": agree).
+    size_mismatch: str = ""
 
 
 @dataclass(frozen=True, slots=True)

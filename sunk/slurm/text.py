@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Mapping
+from typing import Any
 
 #: ASCII digits only (``\d`` takes any Unicode digit), and few of them: Python refuses to read
 #: an integer of more than 4300 digits (ValueError), and no node index has 19.
@@ -126,3 +128,25 @@ def never_starts(reason: str) -> str | None:
     if reason in NEVER_STARTS:
         return NEVER_STARTS[reason]
     return None
+
+
+# -- slurmrestd's node records ----------------------------------------------------------------
+_GPU = re.compile(r"(?:^|,)gpu(?::[^:(,]+)?:(\d+)")
+
+
+def number(value: Any) -> int:
+    """slurmrestd's numbers: plain, or ``{"set": true, "infinite": false, "number": N}``."""
+    if isinstance(value, Mapping):
+        return int(value.get("number") or 0) if value.get("set", True) else 0
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def gpu_count(gres: str | None) -> int:
+    """GPUs in a Slurm GRES string: ``gpu:a100:8(S:0-1),gpu:h100:2`` -> 10; ``gres_used`` too
+    (``gpu:a100:2(IDX:0,3)``)."""
+    if not gres or gres == "N/A":
+        return 0
+    return sum(int(n) for n in _GPU.findall(gres))

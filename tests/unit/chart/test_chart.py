@@ -213,12 +213,12 @@ def test_the_whole_grant_is_exactly_what_the_code_uses(helm: Path) -> None:
     }
 
 
-def test_without_the_syncer_nothing_cluster_wide_but_reading_nodes_and_namespaces(
+def test_without_the_syncer_nothing_cluster_wide_but_reading_nodes_namespaces_and_pods(
         helm: Path) -> None:
     objects = render(helm, {"scheduler.components": ["scheduler"]})
     cluster = {(r, v) for k, _, r, v, _ in rules(objects) if k == "ClusterRole"}
     assert cluster == {("nodes", "list"), ("nodes", "watch"), ("namespaces", "list"),
-                       ("namespaces", "watch")}
+                       ("namespaces", "watch"), ("pods", "list"), ("pods", "watch")}
     assert {(r, v) for _, ns, r, v, _ in rules(objects) if ns == "slurm" and r == "pods"} >= {
         ("pods", "list"), ("pods", "watch")}
     assert "--components=scheduler" in args(objects)

@@ -161,7 +161,14 @@ async def test_a_submission_whose_answer_was_lost_is_adopted_not_repeated(bed: B
     assert patch["metadata"]["annotations"][f"{PREFIX}job-id"] == "7"
 
 
+def add_node(bed: Bed, name: str = "node-a", cpu: str = "4") -> None:
+    bed.cluster.node_informer.cache[name] = {
+        "metadata": {"name": name, "uid": f"{name}-uid", "resourceVersion": "1"},
+        "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"}}}
+
+
 async def test_binding_names_the_pod_uid_and_is_assumed_until_watched(bed: Bed) -> None:
+    add_node(bed)
     rec = record()
     await bed.executor.apply_pod(pod(), rec, [do.Bind("node-a", "slurm-1", 41)])
     (binding,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/pods/p/binding")
@@ -320,3 +327,38 @@ async def test_the_lock_taint_assumed_gives_way_to_a_later_node_version(bed: Bed
                  "spec": {"taints": []}}
     bed.cluster.assumed.observe("MODIFIED", untainted)  # someone removed it after our write
     assert not bed.cluster.assumed.has_taint(untainted, LOCK_KEY)
+
+
+def needing(cpu: str, uid: str) -> dict[str, Any]:
+    p = pod(uid)
+    p["spec"] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+    return p
+
+
+async def test_a_node_never_gets_more_bound_than_it_holds(bed: Bed) -> None:
+    add_node(bed, cpu="4")
+    first, second = needing("3", "aaaa-0001"), needing("2", "aaaa-0002")
+    await bed.executor.apply_pod(first, record(), [do.Bind("node-a", "slurm-1", 1)])
+    assert bed.cluster.usage.used("node-a")["cpu"] == 3000, "counted before the watch shows it"
+    with pytest.raises(RetryLater, match="cpu: needs 2, 1 of 4 left"):
+        await bed.executor.apply_pod(second, record("aaaa-0002"),
+                                     [do.Bind("node-a", "slurm-1", 2)])
+    assert len(bed.kube.calls("POST", "/api/v1/namespaces/ns/pods/p/binding")) == 1
+
+
+async def test_a_failed_binding_holds_nothing(bed: Bed) -> None:
+    add_node(bed)
+    bed.kube.routes[("POST", "/api/v1/namespaces/ns/pods/p/binding")] = (
+        lambda r: httpx.Response(409, json={"message": "already bound"}))
+    with pytest.raises(kube.KubeError):
+        await bed.executor.apply_pod(needing("1", "aaaa-0001"), record(),
+                                     [do.Bind("node-a", "slurm-1", 1)])
+    assert bed.cluster.usage.used("node-a").get("cpu", 0) == 0
+
+
+async def test_a_refit_cancels_the_job_and_remembers_it(bed: Bed) -> None:
+    await bed.executor.apply_pod(pod(), record(), [do.Refit(41, "no room")])
+    assert bed.slurm.calls("DELETE", "/slurm/v0.0.42/job/41") == [None]
+    assert bed.executor.memory.refitted == {"aaaa-0001": {41}}
+    bed.executor.memory.forget("aaaa-0001")
+    assert bed.executor.memory.refitted == {}

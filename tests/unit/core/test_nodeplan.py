@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -201,3 +202,19 @@ def test_plan_node_is_the_lock_then_the_drain() -> None:
         do.SetLockState(LockState.FALSE, LockState.PENDING, ("ns/web",)),
         do.DrainSlurmNode("k8s: Kubernetes Node n1 is cordoned"))
     assert plan_node(node()) == ()
+
+
+def test_a_size_mismatch_is_told_once_and_when_it_ends() -> None:
+    from sunk.fit import Capacity
+    from sunk.nodeplan import plan_capacity
+
+    over = (Capacity("cpu", 32, 28),)
+    base = NodeFacts(slurm_node="h1", k8s_node="n1", slurm_info={"state": ["IDLE"]})
+    told = plan_capacity(dataclasses.replace(base, mismatch=over))
+    assert told == (do.ShowCapacity(over, "cpu: Slurm 32, Kubernetes leaves 28"),)
+    assert plan_capacity(dataclasses.replace(
+        base, mismatch=over, capacity_shown="cpu: Slurm 32, Kubernetes leaves 28")) == ()
+    assert plan_capacity(dataclasses.replace(
+        base, capacity_shown="cpu: Slurm 32, Kubernetes leaves 28")) == (
+        do.ShowCapacity((), ""),)
+    assert plan_capacity(base) == ()

@@ -328,7 +328,8 @@ def test_an_unschedulable_pod_is_rejected_with_its_reason() -> None:
 
 
 def test_a_bad_quantity_rejects_the_pod() -> None:
-    assert submit(pod({"cpu": "lots"})) == (do.Reject("InvalidPod", "invalid quantity 'lots'"),)
+    assert submit(pod({"cpu": "lots"})) == (
+        do.Reject("InvalidPod", "cpu: invalid quantity 'lots'"),)
 
 
 def test_a_missing_field_rejects_the_pod() -> None:
@@ -385,3 +386,47 @@ def test_any_other_error_is_not_swallowed(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(translate, "job_description", fail)
     with pytest.raises(RuntimeError, match="a bug"):
         submit(pod())
+
+
+# -- Kubernetes' room: at bind, and at submit ----------------------------------------------------
+def test_a_node_without_room_is_not_bound_the_job_is_refitted() -> None:
+    plan = plan_pod(PodFacts("ns/p", PodView(job_id=7), Ownership(job_id=7), RUNNING_STARTED,
+                             k8s_node="n1", no_room=("cpu: needs 1, 0 of 33 left",)))
+    why = ("Slurm ran job 7 on h1, but Node n1 has no room for the Pod (cpu: needs 1, 0 of 33 "
+           "left): the kubelet would refuse it")
+    assert plan == do.Plan((
+        do.PodEvent("NoRoomOnNode", f"{why}. The job is cancelled and the Pod submitted again "
+                    "when a Node has room.", warning=True),
+        do.Refit(7, why)))
+
+
+def test_a_refitted_job_is_replaced_without_counting_as_lost() -> None:
+    running = PodFacts("ns/p", PodView(job_id=7), Ownership(job_id=7), RUNNING_STARTED,
+                       k8s_node="n1", refitted=True, replaced=frozenset({1, 2, 3}))
+    assert plan_pod(running) == do.Plan((), submit=True)
+    cancelled = PodFacts("ns/p", PodView(job_id=7), Ownership(job_id=7),
+                         JobView(state="CANCELLED", started=True, node="h1"), refitted=True)
+    assert plan_pod(cancelled) == do.Plan((), submit=True), "not deleted as an ended job"
+
+
+def room_snapshot(used: Mapping[str, Mapping[str, int]]) -> Snapshot:
+    alloc = {"cpu": 4000, "memory": 8 * 2**30, "pods": 110}
+    return Snapshot(slurm_to_k8s={"h1": "n1", "h2": "n2"},
+                    nodes={"n1": NodeInfo("n1", allocatable=alloc),
+                           "n2": NodeInfo("n2", allocatable=alloc)},
+                    used=lambda node: {k: 1000 * v for k, v in used.get(node, {}).items()})
+
+
+def test_nodes_without_room_are_excluded_at_submit() -> None:
+    (action,) = submit(pod({"cpu": "2", "memory": "1Gi"}),
+                       snap=room_snapshot({"n1": {"cpu": 3}}))
+    assert isinstance(action, do.Submit)
+    assert action.description["excluded_nodes"] == ["h1"]
+
+
+def test_with_no_room_anywhere_the_pod_waits_rather_than_submitting() -> None:
+    (action,) = submit(pod({"cpu": "2", "memory": "1Gi"}),
+                       snap=room_snapshot({"n1": {"cpu": 3}, "n2": {"cpu": 4}}))
+    assert isinstance(action, do.RetryLater)
+    assert action.why.startswith("no Node has room for the Pod now (h1: no room: cpu: needs 2, "
+                                 "1 of 4 left; h2: no room: cpu: needs 2, 0 of 4 left)")

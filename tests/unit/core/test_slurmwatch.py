@@ -196,10 +196,6 @@ async def test_a_read_older_than_the_started_hook_does_not_undo_it(watch: Watch)
     assert kept is not None and kept.started
 
 
-@pytest.mark.xfail(strict=True, reason="SlurmWatch.follow compares with the job as it was "
-                   "before its own read was sent: a started hook that lands while that read "
-                   "is in flight is overwritten by the older answer (binding waits a poll "
-                   "cycle of detail_every)")
 async def test_a_read_in_flight_when_the_started_hook_lands_does_not_undo_it(
         watch: Watch) -> None:
     bed = watch.bed

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sunk import fit
 from sunk.placement import CORDONED, PASSING_REASONS, UNMAPPED, NodeInfo, Snapshot, why_excluded
 from sunk.slurm.job import parse_extra
 from sunk.translate import (
@@ -15,7 +16,6 @@ from sunk.translate import (
     TranslateSettings,
     Unschedulable,
     job_description,
-    pod_requests,
     unknown_annotations,
 )
 
@@ -77,7 +77,8 @@ def test_init_containers_and_overhead_count_as_kubernetes_counts_them() -> None:
     p = pod({"cpu": "1", "memory": "1Gi"},
             initContainers=[{"name": "i", "resources": {"requests": {"cpu": "3"}}}],
             overhead={"cpu": "250m"})
-    assert float(pod_requests(p)["cpu"]) == 3.25
+    assert fit.pod_requests(p)["cpu"] == 3250  # millicores
+    assert job_description(p, {}, SNAP, SETTINGS)["cpus_per_task"] == 4
 
 
 def test_bad_quantity_is_an_error_not_a_crash() -> None:

@@ -107,6 +107,11 @@ class StaticScheduler:
     events_error: str = ""
     #: How long :meth:`pod_events` takes (seconds), to stand for a slow API server.
     events_delay: float = 0.0
+    #: Kubernetes Node -> what the Pods that stay there request.
+    requests: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def node_requests(self, node: str) -> Mapping[str, int]:
+        return self.requests.get(node, {})
 
     async def pod_events(self, namespace: str, name: str, uid: str
                          ) -> list[dict[str, Any]] | str:
@@ -119,7 +124,8 @@ class StaticScheduler:
                  reason: str = "", lock: str | None = "false", taint: bool = False,
                  cpus: int = 32, alloc_cpus: int = 0, memory_mib: int = 262144,
                  alloc_memory_mib: int = 0, gpus: int = 8, gpus_used: int = 0,
-                 gres_type: str = "h100", cordoned: bool = False) -> None:
+                 gres_type: str = "h100", cordoned: bool = False, k8s_cpus: int = 33,
+                 k8s_requested_cpus: int = 1) -> None:
         """A Slurm node, its slurmd Pod (``lock`` None: no annotation) and Kubernetes Node
         (``taint``: with the lock taint)."""
         self.state.slurm_nodes[slurm_name] = {
@@ -137,8 +143,12 @@ class StaticScheduler:
         spec: dict[str, Any] = {"unschedulable": cordoned}
         if taint:
             spec["taints"] = [dict(LOCK_TAINT_SPEC)]
-        self.node_informer.cache[k8s_name] = {"metadata": {"name": k8s_name, "labels": {}},
-                                              "spec": spec}
+        self.node_informer.cache[k8s_name] = {
+            "metadata": {"name": k8s_name, "labels": {}}, "spec": spec,
+            "status": {"allocatable": {"cpu": str(k8s_cpus), "memory": f"{memory_mib + 1024}Mi",
+                                       "nvidia.com/gpu": str(gpus), "pods": "110"}}}
+        self.requests[k8s_name] = {"cpu": 1000 * k8s_requested_cpus, "memory": 2**30,
+                                   "pods": 1}
 
     def add_pod(self, namespace: str, name: str, *, created: float, phase: str = "Pending",
                 job_id: int | None = None, job_state: str = "", pending_reason: str = "",

@@ -7,6 +7,7 @@ import datetime
 import pytest
 
 from sunk.slurm.job import Job
+from sunk.slurm.text import gpu_count
 from web import nodes, pods, policies
 from web.summary import kubernetes_health, summary
 from web.viewmodels import POD_STATES, IssueView, PolicyInfo, RuleView
@@ -31,7 +32,7 @@ def test_hostlists_expand_as_slurm_writes_them(text: str, names: list[str]) -> N
     ("gpu:a100:2(IDX:0,3)", 2), ("N/A", 0), ("", 0), (None, 0), ("shard:a100:4", 0),
 ])
 def test_gpus_are_counted_from_gres(gres: str | None, count: int) -> None:
-    assert nodes.gpu_count(gres) == count
+    assert gpu_count(gres) == count
 
 
 def test_pods_are_sorted_and_described(now: float, scheduler: StaticScheduler) -> None:
@@ -212,3 +213,18 @@ def test_sample_builds_the_benchmark_cluster(now: float, ) -> None:
     assert len(pods.pods(s, now).pods) == 200
     assert nodes.nodes(s).total == 20
     assert sum(summary(s, now).pods[st] for st in POD_STATES) == 200
+
+
+def test_nodes_show_kubernetes_room_beside_slurms_and_a_size_mismatch() -> None:
+    s = StaticScheduler()
+    s.add_node("h100-000", "node-0", cpus=32, alloc_cpus=12, k8s_cpus=33,
+               k8s_requested_cpus=13)
+    s.add_node("h100-001", "node-1", k8s_cpus=32, k8s_requested_cpus=1)
+    s.state.capacity["h100-001"] = "cpu: Slurm 32, Kubernetes leaves 31"
+    first, second = nodes.nodes(s).nodes
+    assert (first.cpus_free, first.cpus, first.k8s_cpus_requested, first.k8s_cpus) == (
+        20, 32, 13, 33)
+    assert (first.k8s_memory_mib, first.k8s_memory_requested_mib) == (262144 + 1024, 1024)
+    assert (first.k8s_gpus, first.k8s_gpus_requested) == (8, 0)
+    assert first.size_mismatch == ""
+    assert second.size_mismatch == "cpu: Slurm 32, Kubernetes leaves 31"
