@@ -8,7 +8,6 @@ DaemonSet's, one tolerating the lock taint) take room that Slurm would still han
 from __future__ import annotations
 
 import uuid
-from fractions import Fraction
 from typing import Any
 
 import httpx
@@ -59,7 +58,7 @@ def bound_pod(name: str, namespace: str, node: str, *, cpu: str = "0", gpus: int
     return manifest
 
 
-async def requested_on(kube: Client) -> dict[str, dict[str, Fraction]]:
+async def requested_on(kube: Client) -> dict[str, dict[str, int]]:
     """Node -> what every Pod bound there requests (as the kubelet counts it)."""
     by_node: dict[str, list[dict[str, Any]]] = {}
     for pod in await kube_list(kube, "pods"):
@@ -129,7 +128,7 @@ async def test_a_node_with_a_daemonset_pod_gets_only_what_it_has_room_for(
         return "SlurmNodeSizeMismatch" in reasons
 
     await eventually(mismatch_told, within=30)
-    assert (await requested_on(kube))[node.k8s_name]["cpu"] == room + 4 + SLURMD_CPUS
+    assert (await requested_on(kube))[node.k8s_name]["cpu"] == 1000 * (room + 4 + SLURMD_CPUS)
 
 
 async def test_gpus_held_by_a_pod_the_lock_keeps_count_those_of_an_evictable_pod_do_not(
