@@ -66,6 +66,9 @@ class Cluster:
         self._node_of: dict[str, str] = {}
         #: Called for every change of any Pod (the syncer's locks).
         self.any_pod_handlers: list[PodHandler] = []
+        #: Node name -> its allocatable as written and as parsed (Nodes change often, their
+        #: allocatable seldom: each lock taint is a Node event).
+        self._allocatable: dict[str, tuple[tuple[tuple[str, str], ...], fit.Resources]] = {}
         self.health = Health(self.state, poll_interval=settings.slurm_poll_interval,
                              informers=self.informers)
         self.ready = asyncio.Event()
@@ -172,7 +175,17 @@ class Cluster:
         obj = self.node(node)
         if obj is None:
             return [f"no Node {node}"]
-        return fit.shortfall(fit.pod_requests(pod), fit.allocatable(obj), self.usage.used(node))
+        return fit.shortfall(fit.pod_requests(pod), self.allocatable(obj), self.usage.used(node))
+
+    def allocatable(self, node: kube.Obj) -> fit.Resources:
+        """The Node's allocatable, parsed once for as long as it stays the same."""
+        raw = tuple(sorted(((node.get("status") or {}).get("allocatable") or {}).items()))
+        name = (node.get("metadata") or {}).get("name", "")
+        cached = self._allocatable.get(name)
+        if cached is None or cached[0] != raw:
+            cached = (raw, fit.allocatable(node))
+            self._allocatable[name] = cached
+        return cached[1]
 
     async def wait_pod_gone(self, uid: str, within: float) -> bool:
         """Whether the Pod ``uid`` is gone within ``within`` seconds."""
@@ -217,7 +230,7 @@ class Cluster:
                 name=name, labels=n["metadata"].get("labels") or {},
                 taints=tuple((n.get("spec") or {}).get("taints") or ()),
                 unschedulable=bool((n.get("spec") or {}).get("unschedulable")),
-                allocatable=fit.allocatable(n))
+                allocatable=self.allocatable(n))
             for name, n in self.node_informer.cache.items()}
         snapshot = placement.Snapshot(slurm_to_k8s=self.index().to_k8s, nodes=nodes,
                                       slurm_nodes=self.slurm_node_names,

@@ -98,7 +98,7 @@ class Syncer:
         node = self.cluster.node(k8s_node)
         if node is None or not info:
             return ()
-        return fit.capacity_mismatch(info, fit.allocatable(node),
+        return fit.capacity_mismatch(info, self.cluster.allocatable(node),
                                      self.cluster.usage.reserved_on(k8s_node),
                                      gpu_resource=self.settings.gpu_resource)
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from sunk.fit import NodeUsage, allocatable, pod_requests, shortfall, sum_requests
 
 
@@ -136,3 +139,20 @@ def test_capacity_agrees_when_slurm_gets_what_kubernetes_leaves() -> None:
         "262144 MiB; nvidia.com/gpu: Slurm 0, Kubernetes leaves 8")
     assert not any(c.over for c in capacity_mismatch(fewer, alloc, slurmd,
                                                      gpu_resource="nvidia.com/gpu"))
+
+
+@given(number=st.integers(min_value=0, max_value=10**15 - 1),
+       suffix=st.sampled_from(["", "m", "k", "M", "G", "T", "Ki", "Mi", "Gi", "Ti", "E", "e3",
+                               "n", "u", ".5", ".25m"]),
+       resource=st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]))
+def test_the_fast_reading_of_plain_quantities_agrees_with_the_general_parser(
+        number: int, suffix: str, resource: str) -> None:
+    import math
+
+    from sunk.fit import _units
+    from sunk.quantity import Quantity
+
+    text = f"{number}{suffix}"
+    value = Quantity.parse(text).value
+    assert _units(resource, text) == (math.ceil(value * 1000) if resource == "cpu"
+                                      else math.ceil(value))
