@@ -51,6 +51,9 @@ def plan_pod(facts: PodFacts) -> do.Plan:
             + ("The Pod is scheduled from scratch." if owned.job_id is None
                else f"Its job is {owned.job_id}.")))
     step = decide(view, job)
+    if facts.refitted and view.job_id is not None and facts.job is not None and (
+            not facts.job.finished):  # its cancel may have failed: never leave it running
+        first.append(do.CancelJob(view.job_id, "moved: its Node had no room for the Pod"))
     if step is Step.SUBMIT and view.job_id is not None and not facts.refitted:
         what = f"job {view.job_id} " + (f"{job.state.lower()} before it started" if job
                                         else "was lost by Slurm before it ran")
