@@ -4,9 +4,8 @@ slurmrestd: which requests each action sends, and what it records (assume cache,
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -25,30 +24,12 @@ from sunk.slurm.client import SlurmClient, SlurmError
 from sunk.slurm.job import Job, PodIdentity, admin_comment, job_extra
 from sunk.slurmwatch import SlurmWatch
 from sunk.state import PodRecord
+from tests.unit.core.stand_ins import Server
 from tests.unit.kube.fakes import FakeCredentials
 
 NAME = "sunk-test"
 PREFIX = "sunk.coreweave.com/"
 Route = Callable[[httpx.Request], httpx.Response]
-
-
-@dataclass
-class Server:
-    """Answers by (method, path prefix); records every request with its JSON body."""
-
-    routes: dict[tuple[str, str], Route] = field(default_factory=dict)
-    seen: list[tuple[str, str, Any]] = field(default_factory=list)
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content) if request.content else None
-        self.seen.append((request.method, request.url.path, body))
-        for (method, path), route in self.routes.items():
-            if request.method == method and request.url.path.startswith(path):
-                return route(request)
-        return httpx.Response(200, json={})
-
-    def calls(self, method: str, path: str = "") -> list[Any]:
-        return [b for m, p, b in self.seen if m == method and p.startswith(path)]
 
 
 @dataclass
