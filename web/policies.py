@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from sunk.policy.engine import PolicyEngine
 from web.protocol import SchedulerView
-from web.viewmodels import IssueView, PolicyInfo, PolicyView, RuleView, utc
+from web.viewmodels import (
+    EvaluationErrorView,
+    IssueView,
+    PolicyInfo,
+    PolicyView,
+    RuleView,
+    utc,
+)
 
 
 def policy_info(engine: PolicyEngine) -> list[PolicyInfo]:
@@ -30,7 +37,12 @@ def policies(scheduler: SchedulerView) -> PolicyView:
         IssueView(message=issue.message, source=str(issue.origin or ""),
                   policy=issue.policy or "", field=issue.field or "")
         for issue in status.error.issues]
+    recent = [EvaluationErrorView(at=utc(e.at), pod=e.pod, policy=e.error.policy,
+                                  field=e.error.field, message=e.error.message,
+                                  enforced=e.error.enforced)
+              for e in scheduler.policies.recent_errors()]
     return PolicyView(
         generation=status.generation, policies=policy_info(engine),
         loaded_at=utc(status.loaded_at), last_reload_ok=status.error is None, errors=errors,
-        error_at=utc(status.error_at) if status.error_at is not None else None)
+        error_at=utc(status.error_at) if status.error_at is not None else None,
+        evaluation_errors=recent)

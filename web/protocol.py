@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from sunk.policy.engine import PolicyEngine
-from sunk.policy.loader import PolicyStatus
+from sunk.policy.loader import PolicyStatus, RecentError
 from sunk.settings import Settings
 from sunk.slurm.job import Job
 from sunk.state import SchedulerState
@@ -37,6 +37,10 @@ class PolicySource(Protocol):
     """``sunk.policy.PolicyStore``: its status, and the engine in force (for the documents)."""
 
     def status(self) -> PolicyStatus: ...
+
+    def recent_errors(self) -> list[RecentError]:
+        """Expressions that failed on Pods lately, newest first."""
+        ...
 
     @property
     def engine(self) -> PolicyEngine: ...

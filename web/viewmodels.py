@@ -186,6 +186,19 @@ class PolicyInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class EvaluationErrorView:
+    """An expression that could not be evaluated for a Pod (and whether the policy's
+    ``failurePolicy: Fail`` turned that into a denial)."""
+
+    at: datetime.datetime
+    pod: str
+    policy: str
+    field: str
+    message: str
+    enforced: bool
+
+
+@dataclass(frozen=True, slots=True)
 class PolicyView:
     """The policy set in force (``policies``, in the order they apply) and, if the last reload
     failed, its problems: the set in force stays until a reload succeeds."""
@@ -196,3 +209,5 @@ class PolicyView:
     last_reload_ok: bool
     errors: list[IssueView]
     error_at: datetime.datetime | None
+    #: Expressions that failed on Pods lately, newest first.
+    evaluation_errors: list[EvaluationErrorView] = field(default_factory=list)

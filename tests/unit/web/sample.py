@@ -19,7 +19,7 @@ from typing import Any
 
 from sunk.locking import LOCK_KEY, LOCK_TAINT_SPEC
 from sunk.policy.engine import PolicyEngine
-from sunk.policy.loader import PolicyStatus, load_sources
+from sunk.policy.loader import PolicyStatus, RecentError, load_sources
 from sunk.policy.model import Origin, PolicyIssue, PolicyLoadError
 from sunk.servers import serve
 from sunk.settings import Settings
@@ -85,9 +85,14 @@ class StaticPolicies:
     error: PolicyLoadError | None = None
     error_at: float | None = None
 
+    recent: list[RecentError] = field(default_factory=list)
+
     def status(self) -> PolicyStatus:
         return PolicyStatus(generation=self.generation, policies=self.engine.names,
                             loaded_at=self.loaded_at, error=self.error, error_at=self.error_at)
+
+    def recent_errors(self) -> list[RecentError]:
+        return list(self.recent)
 
 
 @dataclass

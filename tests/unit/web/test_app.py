@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
+import time
 
 import pytest
 from litestar import Litestar
@@ -109,6 +110,20 @@ async def test_policies_page_shows_a_failed_reload(client: Client,
     assert "The last reload failed" in r.text and "set #3 stays in force" in r.text
     assert "expression does not compile: found &#39;&lt;&#39;" in r.text
     assert 'data-policy="sunk-annotations"' in r.text
+
+
+async def test_policies_page_lists_evaluation_errors_escaped(client: Client,
+                                                            scheduler: StaticScheduler) -> None:
+    from sunk.policy import EvaluationError, RecentError
+
+    assert "None lately." in (await client.get("/policies")).text
+    scheduler.policies.recent = [RecentError(time.time(), "team-b/evil", EvaluationError(
+        "gpus", "validations[0]", f"no such key {SCRIPT}", enforced=True))]
+    r = await client.get("/policies")
+    assert "team-b/evil" in r.text and "validations[0]" in r.text and "denied" in r.text
+    assert SCRIPT not in r.text and "no such key &lt;script&gt;" in r.text
+    api = (await client.get("/api/v1/policies")).json()
+    assert api["evaluation_errors"][0]["pod"] == "team-b/evil"
 
 
 async def test_pod_page_shows_history_events_and_job(client: Client) -> None:

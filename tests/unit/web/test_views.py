@@ -228,3 +228,18 @@ def test_nodes_show_kubernetes_room_beside_slurms_and_a_size_mismatch() -> None:
     assert (first.k8s_gpus, first.k8s_gpus_requested) == (8, 0)
     assert first.size_mismatch == ""
     assert second.size_mismatch == "cpu: Slurm 32, Kubernetes leaves 31"
+
+
+def test_the_policies_view_lists_recent_evaluation_errors_newest_first() -> None:
+    from sunk.policy import EvaluationError, RecentError
+
+    s = StaticScheduler()
+    s.policies.recent = [
+        RecentError(2000.0, "ns/b", EvaluationError("gpus", "validations[0]", "no such key",
+                                                    enforced=True)),
+        RecentError(1000.0, "ns/a", EvaluationError("qos", "mappings.qos", "bad type",
+                                                    enforced=False))]
+    view = policies.policies(s)
+    assert [(e.pod, e.policy, e.field, e.enforced) for e in view.evaluation_errors] == [
+        ("ns/b", "gpus", "validations[0]", True), ("ns/a", "qos", "mappings.qos", False)]
+    assert view.evaluation_errors[0].at == datetime.datetime.fromtimestamp(2000, datetime.UTC)
