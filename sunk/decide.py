@@ -13,6 +13,9 @@ from dataclasses import dataclass
 #: End states of a job that failed to launch (its node failed, or slurmd refused it): a Pod not
 #: yet bound loses nothing by getting a new job.
 LAUNCH_FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "BOOT_FAIL"})
+#: Why Slurm holds a job whose launch failed (a prolog failure: the node is drained and the job
+#: requeued held). Holds set by a person (JobHeldAdmin, JobHeldUser) are theirs to lift.
+FAILED_LAUNCH_HOLDS = frozenset({"launch_failed_requeued_held"})
 #: Slurm job states after which the job holds nothing.
 FINISHED_STATES = frozenset({"CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "PREEMPTED",
                              "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
@@ -43,10 +46,18 @@ class JobView:
     state: str
     started: bool = False
     node: str = ""
+    #: Why it is pending, as last read ("" if not read or not pending).
+    reason: str = ""
 
     @property
     def finished(self) -> bool:
         return self.state in FINISHED_STATES
+
+    @property
+    def launch_failed(self) -> bool:
+        """It will not run as it is: its launch failed and Slurm ended it, or holds it."""
+        return not self.started and (self.state in LAUNCH_FAILED_STATES or (
+            self.state == "PENDING" and self.reason in FAILED_LAUNCH_HOLDS))
 
 
 def decide(pod: PodView | None, job: JobView | None) -> Step:
@@ -57,11 +68,11 @@ def decide(pod: PodView | None, job: JobView | None) -> Step:
         return Step.NOTHING
     if pod.job_id is None:
         return Step.NOTHING if pod.bound else Step.SUBMIT
-    if not pod.bound and (job is None or (job.state in LAUNCH_FAILED_STATES
-                                          and not job.started)):
+    if not pod.bound and (job is None or job.launch_failed):
         # Slurm lost the job before it ran (a slurmctld crash before it saved its state), or
-        # purged it, or it failed to launch: the Pod holds nothing yet, so it gets a new job
-        # rather than going (the scheduler bounds how often).
+        # purged it, or it failed to launch (and ended, or is held after a prolog failure): the
+        # Pod holds nothing yet, so it gets a new job rather than going (the scheduler bounds
+        # how often).
         return Step.SUBMIT
     if job is None or job.finished:
         return Step.DELETE_POD

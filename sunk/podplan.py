@@ -55,8 +55,13 @@ def plan_pod(facts: PodFacts) -> do.Plan:
             not facts.job.finished):  # its cancel may have failed: never leave it running
         first.append(do.CancelJob(view.job_id, "moved: its Node had no room for the Pod"))
     if step is Step.SUBMIT and view.job_id is not None and not facts.refitted:
-        what = f"job {view.job_id} " + (f"{job.state.lower()} before it started" if job
-                                        else "was lost by Slurm before it ran")
+        what = f"job {view.job_id} " + (
+            "was lost by Slurm before it ran" if job is None
+            else f"is held by Slurm after its launch failed ({job.reason})"
+            if job.state == "PENDING" else f"{job.state.lower()} before it started")
+        if job is not None and not job.finished:  # held: it goes before its successor comes
+            first.append(do.CancelJob(view.job_id, f"held after its launch failed "
+                                                   f"({job.reason}); replaced"))
         if view.job_id not in facts.replaced:  # counted once per lost job, not per retry
             if len(facts.replaced) >= MAX_RESUBMITS:
                 return do.Plan((*first, do.DeletePod(

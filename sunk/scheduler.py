@@ -236,7 +236,8 @@ class Scheduler:
                 return None
         if job.owner is None or job.owner.uid != uid:
             return None
-        return JobView(state=job.state, started=job.started, node=job.nodes)
+        return JobView(state=job.state, started=job.started, node=job.nodes,
+                       reason=job.reason if job.state == "PENDING" else "")
 
     def _record(self, pod: kube.Obj, facts: podplan.PodFacts) -> PodRecord:
         """The Pod's line on the dashboard, brought up to date."""

@@ -19,6 +19,7 @@ from typing import TypeVar
 
 from sunk import jobpoll
 from sunk.cluster import Cluster
+from sunk.decide import FAILED_LAUNCH_HOLDS
 from sunk.slurm.client import SlurmClient, SlurmError
 from sunk.slurm.job import Job, PodIdentity
 from sunk.slurm.text import never_starts
@@ -150,6 +151,8 @@ class SlurmWatch:
     def _report_stuck(self, job: Job, who: PodIdentity) -> None:
         """A job pending for a reason that means "not without a person" (held, an invalid
         account, a constraint no node meets): told once per reason."""
+        if job.reason in FAILED_LAUNCH_HOLDS:
+            return  # not stuck: its Pod gets a new job (sunk.podplan)
         why = never_starts(job.reason) if job.state == "PENDING" else None
         if why is None or (job.job_id, job.reason) in self._stuck_reported:
             return

@@ -209,6 +209,58 @@ async def test_a_pod_that_may_not_be_evicted_fails_the_prolog_and_drains_the_nod
         testbed.slurm("scontrol", "update", f"nodename={node.slurm_name}", "state=resume")
 
 
+async def test_a_placeholder_held_after_its_prolog_failed_is_replaced_and_its_pod_bound_elsewhere(
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
+        scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
+    """Slurm drains a node whose prolog failed and requeues the job held: nothing would ever
+    release it. The Pod gets a new job, which runs on another node, and the held one goes."""
+    await quiet(slurm, testbed)
+    failing, other = testbed.nodes[2], testbed.nodes[0]
+    await create(kube, plain_pod("precious", namespace, failing, labels={"app": "precious"}))
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+           "metadata": {"name": "precious", "namespace": namespace},
+           "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "precious"}}}}
+    async with call_api(kube, "POST", version="policy/v1", namespace=namespace,
+                        url="poddisruptionbudgets", json=pdb):
+        pass
+    # The other node is busy, so Slurm's first choice is the node whose prolog will fail.
+    busy = testbed.slurm("sbatch", "--parsable", f"--nodelist={other.slurm_name}",
+                         "--exclusive", "--chdir=/tmp", "--output=/dev/null",
+                         "--wrap=sleep 300").strip()
+    try:
+        affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{
+                "key": "kubernetes.io/hostname", "operator": "In",
+                "values": [failing.k8s_name, other.k8s_name]}]}]}}}
+        await create(kube, pod_manifest("retried", namespace, scheduler.name,
+                                        affinity=affinity))
+
+        async def first_job() -> str | None:
+            pod = await get_pod(kube, namespace, "retried")
+            return ((pod or {}).get("metadata", {}).get("annotations") or {}).get(
+                "sunk.coreweave.com/job-id")
+
+        held = await eventually(first_job, within=30)
+
+        async def replaced() -> str | None:
+            now = await first_job()
+            return now if now and now != held else None
+
+        await eventually(replaced, within=cluster.LOCK_TIMEOUT + 60)
+        assert await job_state(slurm, held) in ("CANCELLED", "COMPLETED"), (
+            "the held job does not linger")
+        async with call_api(kube, "GET", namespace=namespace, url="events", params={
+                "fieldSelector": "involvedObject.name=retried"}) as r:
+            lost = [e["message"] for e in r.json()["items"] if e["reason"] == "SlurmJobLost"]
+        assert lost and "held by Slurm after its launch failed" in lost[0]
+        testbed.slurm("scancel", busy)
+        pod = await wait_bound(kube, namespace, "retried", within=60)
+        assert pod["spec"]["nodeName"] == other.k8s_name
+    finally:
+        testbed.slurm("scancel", busy)
+        testbed.slurm("scontrol", "update", f"nodename={failing.slurm_name}", "state=resume")
+
+
 async def test_cordon_drains_the_slurm_node_and_uncordon_lifts_only_that_drain(
         slurm: httpx.AsyncClient, scheduler: RunningScheduler,
         testbed: cluster.Testbed) -> None:

@@ -44,3 +44,13 @@ RUNNING_STARTED = JobView(state="RUNNING", started=True, node="h100-000")
 ])
 def test_decide(pod: PodView | None, job: JobView | None, step: Step) -> None:
     assert decide(pod, job) is step
+
+
+def test_a_job_held_after_a_failed_launch_is_replaced_only_before_the_pod_is_bound() -> None:
+    held = JobView(state="PENDING", reason="launch_failed_requeued_held")
+    assert held.launch_failed
+    assert decide(PodView(job_id=7), held) is Step.SUBMIT
+    assert decide(PodView(job_id=7, bound=True), held) is Step.NOTHING
+    assert not JobView(state="PENDING", reason="JobHeldAdmin").launch_failed
+    assert not JobView(state="PENDING", started=True,
+                       reason="launch_failed_requeued_held").launch_failed

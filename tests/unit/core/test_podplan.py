@@ -432,3 +432,21 @@ def test_with_no_room_anywhere_the_pod_waits_rather_than_submitting() -> None:
     assert isinstance(action, do.RetryLater)
     assert action.why.startswith("no Node has room for the Pod now (h1: no room: cpu: needs 2, "
                                  "1 of 4 left; h2: no room: cpu: needs 2, 0 of 4 left)")
+
+
+def test_a_job_held_after_its_launch_failed_is_cancelled_and_replaced() -> None:
+    held = JobView(state="PENDING", reason="launch_failed_requeued_held")
+    plan = plan_pod(PodFacts("ns/p", PodView(job_id=7), Ownership(job_id=7), held))
+    assert plan == do.Plan((
+        do.CancelJob(7, "held after its launch failed (launch_failed_requeued_held); replaced"),
+        do.Replace(7),
+        do.PodEvent("SlurmJobLost", "job 7 is held by Slurm after its launch failed "
+                    "(launch_failed_requeued_held); submitting a new one (try 1 of 3)",
+                    warning=True)), submit=True)
+
+
+def test_a_hold_a_person_set_is_left_to_them() -> None:
+    for reason in ("JobHeldAdmin", "JobHeldUser", "Resources", ""):
+        pending = JobView(state="PENDING", reason=reason)
+        assert plan_pod(PodFacts("ns/p", PodView(job_id=7), Ownership(job_id=7),
+                                 pending)) == do.Plan(), reason

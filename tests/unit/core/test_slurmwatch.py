@@ -154,6 +154,16 @@ async def test_a_pending_job_is_read_and_a_stuck_one_told_once(watch: Watch) -> 
     assert watch.woken == [A] and len(watch.stuck) == 1, "nothing new: nobody woken or told"
 
 
+async def test_a_job_held_after_a_failed_launch_wakes_its_pod_and_is_not_stuck(
+        watch: Watch) -> None:
+    bed = watch.bed
+    bed.cluster.jobs.learn(aged(job(41, A)))
+    bed.slurm.jobs[41] = raw_job(41, A, reason="launch_failed_requeued_held")
+    await bed.watch.follow({41: "PENDING"}, asked={41})
+    assert watch.woken == [A], "its Pod gets a new job (podplan)"
+    assert watch.stuck == [], "not waiting for a person"
+
+
 async def test_a_running_job_not_started_is_read_and_its_pod_woken_when_it_is(
         watch: Watch) -> None:
     bed = watch.bed
