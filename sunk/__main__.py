@@ -33,6 +33,14 @@ def _setup_logging(level: str) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _leader_label(settings: Settings, api: kube.Client) -> leader.PodLabel:
+    """The label on our own Pod that the hook and dashboard Services select: the leader sets it
+    (without leader election, the one replica does), so no other Pod with the app's labels is
+    sent the prolog's secret. Outside a Pod (no POD_NAME) it does nothing."""
+    return leader.PodLabel(api, namespace=settings.own_namespace(),
+                           pod=os.environ.get("POD_NAME"), key=settings.annotation("leader"))
+
+
 def _election(settings: Settings, api: kube.Client,
               ) -> tuple[leader.LeaderElector, leader.PodLabel] | None:
     """The leader elector and the leader label on our own Pod, with --leader-elect."""
@@ -46,9 +54,7 @@ def _election(settings: Settings, api: kube.Client,
     elector = leader.LeaderElector(leader.KubeLeases(api, namespace=namespace, name=name),
                                    identity=leader.default_identity(), timing=timing,
                                    describe=f"lease {namespace}/{name}")
-    label = leader.PodLabel(api, namespace=settings.own_namespace(),
-                            pod=os.environ.get("POD_NAME"), key=settings.annotation("leader"))
-    return elector, label
+    return elector, _leader_label(settings, api)
 
 
 async def run(settings: Settings) -> None:
@@ -60,6 +66,7 @@ async def run(settings: Settings) -> None:
     slurm = SlurmClient(settings.slurm_api_base, token=settings.slurm_token,
                         user=settings.slurm_user, version=settings.slurm_api_version)
     election = _election(settings, api)
+    sole = _leader_label(settings, api)  # without leader election: this replica leads
     parts: Parts | None = None
     try:
         if settings.policies_configmap is not None:
@@ -95,6 +102,8 @@ async def run(settings: Settings) -> None:
                 await election[0].acquire()
                 await election[1].set(True)
                 tasks.create_task(_hold(election[0]))
+            else:
+                await sole.set(True)
             tasks.create_task(built.scheduler.run())
             if built.syncer is not None:
                 tasks.create_task(built.syncer.run())
@@ -109,7 +118,9 @@ async def run(settings: Settings) -> None:
     finally:
         if parts is not None:
             parts.scheduler.queue.close()
-        if election is not None and election[0].leading:
+        if election is None:
+            await sole.set(False)
+        elif election[0].leading:
             # Graceful stop: everything above has stopped, so a successor cannot overlap us.
             await election[1].set(False)
             await election[0].release()

@@ -268,7 +268,9 @@ def test_leader_election_comes_with_more_than_one_replica(helm: Path) -> None:
     assert not [g for g in rules(single) if g[2] == "leases"]
     hooks = only(single, "Service", "r-sunk-hooks")
     assert hooks["spec"]["publishNotReadyAddresses"] is True, "hooks answer during outages"
-    assert "sunk.coreweave.com/leader" not in hooks["spec"]["selector"]
+    assert hooks["spec"]["selector"]["sunk.coreweave.com/leader"] == "true", (
+        "the one replica labels itself: no other Pod with the app's labels gets hook calls")
+    assert ("Role", "slurm", "pods", "patch", None) in set(rules(single))
     pair = render(helm, {"scheduler.replicas": 2})
     assert "--leader-elect" in args(pair)
     assert only(pair, "Deployment")["spec"]["replicas"] == 2
