@@ -14,7 +14,8 @@ from dataclasses import dataclass
 #: yet bound loses nothing by getting a new job.
 LAUNCH_FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "BOOT_FAIL"})
 #: Why Slurm holds a job whose launch failed (a prolog failure: the node is drained and the job
-#: requeued held). Holds set by a person (JobHeldAdmin, JobHeldUser) are theirs to lift.
+#: requeued held; ``sunk.slurm.job.LAUNCH_FAILED_HELD``). Holds set by a person (JobHeldAdmin,
+#: JobHeldUser) are theirs to lift.
 FAILED_LAUNCH_HOLDS = frozenset({"launch_failed_requeued_held"})
 #: Slurm job states after which the job holds nothing.
 FINISHED_STATES = frozenset({"CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "PREEMPTED",

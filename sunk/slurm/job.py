@@ -16,6 +16,10 @@ from sunk.decide import FINISHED_STATES
 
 _EXTRA = re.compile(r"^sunk-pod=(?P<ns>[^/\s]+)/(?P<name>[^\s]+) uid=(?P<uid>[0-9a-fA-F-]+)"
                     r" scheduler=(?P<scheduler>[^\s:]+)")
+#: A job Slurm requeued held after its launch failed (a prolog failure), as slurmrestd
+#: describes it (``state_description``), and the reason sunk (and scontrol) gives it.
+LAUNCH_FAILED_DESCRIPTION = "launch failed requeued held"
+LAUNCH_FAILED_HELD = "launch_failed_requeued_held"
 #: What the placeholder appends to ``extra`` when its script starts.
 STARTED = ": started"
 
@@ -110,9 +114,14 @@ class Job:
     def from_api(cls, raw: dict[str, Any]) -> Job:
         """A job from slurmrestd's record (``GET /job/{id}`` or ``/jobs/``)."""
         states = raw.get("job_state") or []
+        reason = _text(raw, "state_reason")
+        if _text(raw, "state_description") == LAUNCH_FAILED_DESCRIPTION:
+            # slurmrestd says JobHeldUser, as for a hold a person set; scontrol (and sunk)
+            # name it by its description: Slurm held it itself, after its launch failed.
+            reason = LAUNCH_FAILED_HELD
         return cls(job_id=int(raw["job_id"]), name=_text(raw, "name"),
                    state=str(states[0]) if states else "UNKNOWN", extra=_text(raw, "extra"),
-                   nodes=_text(raw, "nodes"), reason=_text(raw, "state_reason"),
+                   nodes=_text(raw, "nodes"), reason=reason,
                    raw=raw, admin_comment=_text(raw, "admin_comment"))
 
     @property

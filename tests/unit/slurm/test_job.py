@@ -127,3 +127,16 @@ def test_pure_modules_load_no_http_client() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_job_slurm_held_after_its_launch_failed_is_told_from_a_persons_hold() -> None:
+    from sunk.decide import FAILED_LAUNCH_HOLDS
+    from sunk.slurm.job import LAUNCH_FAILED_HELD
+
+    # as slurmrestd 24.11 answers for a job whose prolog failed (seen on the test bed)
+    raw = {"job_id": 4, "job_state": ["PENDING"], "state_reason": "JobHeldUser",
+           "state_description": "launch failed requeued held", "hold": True}
+    assert Job.from_api(raw).reason == LAUNCH_FAILED_HELD
+    assert LAUNCH_FAILED_HELD in FAILED_LAUNCH_HOLDS
+    held_by_user = {**raw, "state_description": ""}
+    assert Job.from_api(held_by_user).reason == "JobHeldUser"
