@@ -93,9 +93,11 @@ class Replace:
 
 @dataclass(frozen=True)
 class RetryLater:
-    """Nothing can be done yet: back off and look again (raised by the executor)."""
+    """Nothing can be done yet: back off and look again (raised by the executor).
+    ``room``: it waits for room on a Node, so a Pod leaving a Node wakes it early."""
 
     why: str
+    room: bool = False
 
 
 PodAction = (PodEvent | ReportIgnored | Annotate | Submit | Reject | Bind | CancelJob | DeletePod

@@ -31,7 +31,12 @@ log = logging.getLogger("sunk.executor")
 
 
 class RetryLater(LookupError):
-    """Nothing can be done for this object yet: the worker backs off and looks again."""
+    """Nothing can be done for this object yet: the worker backs off and looks again.
+    ``room``: it waits for room on a Node (a Pod leaving a Node wakes it early)."""
+
+    def __init__(self, why: str, *, room: bool = False) -> None:
+        super().__init__(why)
+        self.room = room
 
 
 @dataclass
@@ -112,8 +117,8 @@ class Executor:
                     await self.cancel(job_id, kube.key(pod), why)
                 case do.DeletePod(why):
                     await self._delete_pod(pod, record, why)
-                case do.RetryLater(why):
-                    raise RetryLater(why)
+                case do.RetryLater(why, room):
+                    raise RetryLater(why, room=room)
 
     def pod_event(self, pod: kube.Obj, record: PodRecord | None, reason: str, message: str, *,
                   warning: bool = False) -> None:
@@ -198,7 +203,8 @@ class Executor:
         # Checked and counted with no await between: two Pods bound at once to one Node
         # cannot both take its last room.
         if lacking := self.cluster.room(pod, k8s_node):
-            raise RetryLater(f"Node {k8s_node} has no room any more: {'; '.join(lacking)}")
+            raise RetryLater(f"Node {k8s_node} has no room any more: {'; '.join(lacking)}",
+                             room=True)
         self.cluster.usage.assume_bound(pod, k8s_node)
         try:
             await self.kube.bind(pod, k8s_node)

@@ -148,13 +148,20 @@ class NodeUsage:
     #: every event (its spec's generation grows only when the spec changes).
     _requests: dict[str, tuple[Any, dict[str, int]]] = field(default_factory=dict)
 
+    #: Called with a Node whose room grew (a Pod there ended, went, or moved off it).
+    freed: Any = None
+
     def observe(self, kind: str, pod: Mapping[str, Any]) -> None:
         uid = (pod.get("metadata") or {}).get("uid", "")
+        before = self._held.get(uid)
         self._release(uid)
         if kind == "DELETED":
             self._requests.pop(uid, None)
         elif holds_node(pod) and self.staying(pod):
             self._hold(uid, pod["spec"]["nodeName"], pod, reserved=bool(self.reserved(pod)))
+        if before is not None and self.freed is not None and (
+                self._held.get(uid, ("",))[0] != before[0]):
+            self.freed(before[0])
 
     def assume_bound(self, pod: Mapping[str, Any], node: str) -> None:
         """A Pod this process just bound, before the watch shows it on the Node."""

@@ -126,6 +126,6 @@ def plan_submission(pod: Mapping[str, Any], admission: Decision, snapshot: place
         return (*out, do.Reject(exc.reason, str(exc)))
     except (ValueError, KeyError, TypeError) as exc:
         return (*out, do.Reject("InvalidPod", str(exc)))
-    except LookupError as exc:  # a cordoned or unmapped node: may change, so look again
-        return (*out, do.RetryLater(str(exc)))
+    except LookupError as exc:  # no room, a cordoned or unmapped node: may change, so wait
+        return (*out, do.RetryLater(str(exc), room=isinstance(exc, translate.NoRoom)))
     return (*out, do.Submit(job))

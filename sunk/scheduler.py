@@ -60,6 +60,9 @@ class Scheduler:
             gpu_resource=settings.gpu_resource, gpu_model_label=settings.gpu_model_label,
             gpu_types=settings.gpu_types, kill_wait_seconds=settings.slurm_kill_wait)
         cluster.pod_handlers.append(self._on_pod)
+        cluster.usage.freed = self._room_freed
+        #: Pods waiting for room on some Node: woken when a Pod leaves a Node.
+        self._waiting_for_room: set[str] = set()
         watch.wake, watch.stuck = self.wake, self.job_stuck
         cluster.health.on_slurm_back.append(self._slurm_back)
         cluster.health.on_kube_back.append(self._kube_back)
@@ -119,6 +122,8 @@ class Scheduler:
             try:
                 await self.reconcile(key)
             except Exception as exc:  # a bug or an outage must not stop the worker
+                if isinstance(exc, RetryLater) and exc.room:
+                    self._waiting_for_room.add(key)
                 metrics.RECONCILE_ERRORS.inc()
                 delay = self.queue.failed(key)
                 log.warning("pod %s: %s (retrying in %.1fs)", key, exc, delay,
@@ -129,6 +134,13 @@ class Scheduler:
                 self.queue.forget(key)
             finally:
                 self.queue.done(key)
+
+    def _room_freed(self, node: str) -> None:
+        """A Pod left ``node``: the Pods waiting for room look again now, not after their
+        backoff."""
+        waiting, self._waiting_for_room = self._waiting_for_room, set()
+        for key in waiting:
+            self.queue.add(key)
 
     def _on_pod(self, kind: str, pod: kube.Obj) -> None:
         key = kube.key(pod)

@@ -31,6 +31,10 @@ OWNED_ANNOTATIONS = ("job-id", "rejected", "pod-uid", "lock", "slurm-state", "sl
                      "leader")
 
 
+class NoRoom(LookupError):
+    """No Node has room for the Pod now: it waits (room frees up as Pods end)."""
+
+
 class Unschedulable(ValueError):
     """The Pod can never be placed as it stands (the Pod must be changed): refused up front."""
 
@@ -129,7 +133,7 @@ def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
                 if (why := placement.why_excluded(pod, snap, n)).startswith(placement.NO_ROOM)}
         if full:  # room frees up as Pods end: wait, rather than send a job no node can run
             said = "; ".join(f"{n}: {why}" for n, why in list(full.items())[:3])
-            raise LookupError(f"no Node has room for the Pod now ({said}"
+            raise NoRoom(f"no Node has room for the Pod now ({said}"
                               + (f"; and {len(full) - 3} more" if len(full) > 3 else "")
                               + "); waiting")
     if conflict := sorted(set(requested["required_nodes"]) & set(excluded)):

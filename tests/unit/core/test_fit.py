@@ -156,3 +156,18 @@ def test_the_fast_reading_of_plain_quantities_agrees_with_the_general_parser(
     value = Quantity.parse(text).value
     assert _units(resource, text) == (math.ceil(value * 1000) if resource == "cpu"
                                       else math.ceil(value))
+
+
+def test_a_pod_leaving_a_node_says_room_was_freed_there() -> None:
+    freed: list[str] = []
+    usage = NodeUsage(staying=lambda p: True, reserved=lambda p: False)
+    usage.freed = freed.append
+    usage.observe("ADDED", pod(container(cpu="1"), node="n1", uid="a"))
+    usage.observe("MODIFIED", pod(container(cpu="1"), node="n1", uid="a"))
+    assert freed == [], "still there"
+    usage.observe("MODIFIED", pod(container(cpu="1"), node="n1", uid="a", phase="Succeeded"))
+    assert freed == ["n1"]
+    usage.observe("ADDED", pod(container(cpu="1"), node="n2", uid="b"))
+    usage.observe("DELETED", pod(container(cpu="1"), node="n2", uid="b"))
+    usage.observe("DELETED", pod(container(cpu="1"), uid="never-bound"))
+    assert freed == ["n1", "n2"]

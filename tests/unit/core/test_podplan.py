@@ -429,7 +429,7 @@ def test_nodes_without_room_are_excluded_at_submit() -> None:
 def test_with_no_room_anywhere_the_pod_waits_rather_than_submitting() -> None:
     (action,) = submit(pod({"cpu": "2", "memory": "1Gi"}),
                        snap=room_snapshot({"n1": {"cpu": 3}, "n2": {"cpu": 4}}))
-    assert isinstance(action, do.RetryLater)
+    assert isinstance(action, do.RetryLater) and action.room, "woken when room frees up"
     assert action.why.startswith("no Node has room for the Pod now (h1: no room: cpu: needs 2, "
                                  "1 of 4 left; h2: no room: cpu: needs 2, 0 of 4 left)")
 

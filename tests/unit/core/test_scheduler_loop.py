@@ -15,6 +15,7 @@ from sunk.executor import RetryLater
 from sunk.policy import PolicyStore
 from sunk.scheduler import Scheduler
 from sunk.slurm.job import admin_comment, job_extra
+from sunk.workqueue import WorkQueue
 from tests.unit.core import stand_ins
 from tests.unit.core.stand_ins import (
     JOB_ID,
@@ -392,3 +393,23 @@ async def test_wake_queues_the_pod_of_a_job(loop: Loop) -> None:
     loop.scheduler.wake(who())
     loop.bed.watch.wake(who("bbbb-0002", name="q"))  # the poller wakes through the scheduler
     assert [await loop.scheduler.queue.get() for _ in range(2)] == ["ns/p", "ns/q"]
+
+
+async def test_a_pod_waiting_for_room_looks_again_as_soon_as_a_pod_leaves_a_node(
+        loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    hog = pod("ffff-0006", name="hog", node="node-a", requests={"cpu": "15", "memory": "1Gi"})
+    bed.cluster._on_any_pod("ADDED", hog)  # Slurm's own, on the only node: 1 of 16 CPUs left
+    put(bed.cluster.pod_informers[0], pod())  # asks for 2
+    scheduler.queue = WorkQueue(base_delay=60)  # a retry would come far too late for the test
+    worker = asyncio.create_task(scheduler._work())
+    try:
+        scheduler.queue.add("ns/p")
+        await until(lambda: scheduler.queue.failures("ns/p") == 1)
+        assert bed.slurm.calls("POST", SUBMIT) == [], "no job while no Node has room"
+        assert scheduler._waiting_for_room == {"ns/p"}
+        bed.cluster._on_any_pod("DELETED", hog)  # long before the backoff would end
+        await until(lambda: len(bed.slurm.calls("POST", SUBMIT)) == 1)
+        assert scheduler._waiting_for_room == set()
+    finally:
+        await stop(worker)
