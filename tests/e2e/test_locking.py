@@ -81,6 +81,19 @@ def plain_pod(name: str, namespace: str, node: TestbedNode, **meta: Any) -> dict
     return manifest
 
 
+async def precious_pod(kube: Client, namespace: str, node: TestbedNode) -> None:
+    """A Pod on ``node`` that may not be evicted. No disruption controller runs here, so the
+    API server refuses (429) every eviction of a Pod that a PodDisruptionBudget selects, as a
+    budget allowing no disruption does: a lock of that node never completes."""
+    await create(kube, plain_pod("precious", namespace, node, labels={"app": "precious"}))
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+           "metadata": {"name": "precious", "namespace": namespace},
+           "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "precious"}}}}
+    async with call_api(kube, "POST", version="policy/v1", namespace=namespace,
+                        url="poddisruptionbudgets", json=pdb):
+        pass
+
+
 def sbatch(testbed: cluster.Testbed, node: TestbedNode, script: str) -> str:
     return testbed.slurm("sbatch", "--parsable", f"--nodelist={node.slurm_name}",
                          "--chdir=/tmp", "--output=/dev/null", "--cpus-per-task=1",
@@ -179,13 +192,7 @@ async def test_a_pod_that_may_not_be_evicted_fails_the_prolog_and_drains_the_nod
     """No disruption controller runs here, so the API server refuses (429) every eviction of
     a Pod that a PodDisruptionBudget selects, as a budget allowing no disruption does."""
     node = testbed.nodes[3]
-    await create(kube, plain_pod("precious", namespace, node, labels={"app": "precious"}))
-    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-           "metadata": {"name": "precious", "namespace": namespace},
-           "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "precious"}}}}
-    async with call_api(kube, "POST", version="policy/v1", namespace=namespace,
-                        url="poddisruptionbudgets", json=pdb):
-        pass
+    await precious_pod(kube, namespace, node)
     job_id = sbatch(testbed, node, "sleep 30")
     try:
         async def drained_on_kubernetes_side() -> dict[str, str] | None:
@@ -216,13 +223,7 @@ async def test_a_placeholder_held_after_its_prolog_failed_is_replaced_and_its_po
     release it. The Pod gets a new job, which runs on another node, and the held one goes."""
     await quiet(slurm, testbed)
     failing, other = testbed.nodes[2], testbed.nodes[0]
-    await create(kube, plain_pod("precious", namespace, failing, labels={"app": "precious"}))
-    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-           "metadata": {"name": "precious", "namespace": namespace},
-           "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "precious"}}}}
-    async with call_api(kube, "POST", version="policy/v1", namespace=namespace,
-                        url="poddisruptionbudgets", json=pdb):
-        pass
+    await precious_pod(kube, namespace, failing)
     # The other node is busy, so Slurm's first choice is the node whose prolog will fail.
     busy = testbed.slurm("sbatch", "--parsable", f"--nodelist={other.slurm_name}",
                          "--exclusive", "--chdir=/tmp", "--output=/dev/null",
