@@ -23,6 +23,7 @@ from sunk.hookauth import HookRefused
 from sunk.locking import LOCK_KEY, LockState
 from sunk.slurm.client import SlurmClient, SlurmError
 from sunk.slurm.text import expand_hostlist
+from sunk.supervise import forever
 from sunk.workqueue import WorkQueue
 
 log = logging.getLogger("sunk.syncer")
@@ -67,7 +68,7 @@ class Syncer:
             await self.cluster.ready.wait()
             for _ in range(4):
                 tasks.create_task(self._work())
-            tasks.create_task(self._sweep())
+            tasks.create_task(forever("sweeping nodes", self._sweep))
 
     async def _sweep(self, interval: float = 2.0) -> None:
         """Every few seconds, every node that may need something: locks follow Slurm's node

@@ -144,9 +144,9 @@ def number(value: Any) -> int:
         return 0
 
 
-def gpu_count(gres: str | None) -> int:
+def gpu_count(gres: Any) -> int:
     """GPUs in a Slurm GRES string: ``gpu:a100:8(S:0-1),gpu:h100:2`` -> 10; ``gres_used`` too
-    (``gpu:a100:2(IDX:0,3)``)."""
-    if not gres or gres == "N/A":
+    (``gpu:a100:2(IDX:0,3)``). Anything but a string counts none."""
+    if not isinstance(gres, str) or not gres or gres == "N/A":
         return 0
     return sum(int(n) for n in _GPU.findall(gres))

@@ -86,3 +86,11 @@ def test_never_starts() -> None:
     for reason in ("Resources", "Priority", "None", "Dependency", "", "jobheldadmin",
                    "ReqNodeNotAvail"):
         assert never_starts(reason) is None
+
+
+def test_a_gres_that_is_not_a_string_counts_no_gpus() -> None:
+    from sunk.slurm.text import gpu_count
+
+    for odd in (None, 8, ["gpu:h100:8"], {"gpu": 8}):
+        assert gpu_count(odd) == 0
+    assert gpu_count("gpu:h100:8(S:0-1)") == 8
