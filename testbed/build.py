@@ -1,7 +1,8 @@
 """Build the test bed's binaries and Slurm chroot once, and cache them outside the repository.
 
 Everything comes from package registries through their ordinary clients: the Go module proxy
-(``go``) for etcd, kube-apiserver, kubectl, kwok and helm, and Debian's archive (``debootstrap``)
+(``go``) for etcd, kube-apiserver, kube-controller-manager, kubectl, kwok and helm, and Debian's
+archive (``debootstrap``)
 for Slurm. Each artefact is cached under its version, so a second ``up`` builds nothing.
 """
 
@@ -81,6 +82,7 @@ def _run(cmd: list[str], *, cwd: Path | None = None, env: dict[str, str] | None 
 class Binaries:
     etcd: Path
     kube_apiserver: Path
+    kube_controller_manager: Path
     kubectl: Path
     kwok: Path
     helm: Path
@@ -111,24 +113,29 @@ def _staging_replaces(version: str, env: dict[str, str], log: Path) -> list[str]
     return [f"replace {m} => {m} {staging}" for m in mods]
 
 
-def _build_kubernetes(bins: Path, logs: Path) -> tuple[Path, Path]:
-    apiserver = bins / f"kube-apiserver-{KUBERNETES_VERSION}"
-    kubectl = bins / f"kubectl-{KUBERNETES_VERSION}"
-    if apiserver.exists() and kubectl.exists():
-        return apiserver, kubectl
+#: The commands built from k8s.io/kubernetes (cmd/<name>), each cached as <name>-<version>.
+KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kubectl")
+
+
+def _build_kubernetes(bins: Path, logs: Path) -> dict[str, Path]:
+    outs = {name: bins / f"{name}-{KUBERNETES_VERSION}" for name in KUBERNETES_COMMANDS}
+    if all(out.exists() for out in outs.values()):
+        return outs
     work = cache_root() / "build" / f"kubernetes-{KUBERNETES_VERSION}"
     work.mkdir(parents=True, exist_ok=True)
     env = _go_env(work)
     log = logs / f"kubernetes-{KUBERNETES_VERSION}.log"
-    say(f"building kube-apiserver and kubectl {KUBERNETES_VERSION} from Go modules "
-        "(first run only: 10 to 20 minutes on 2 cores)")
+    missing = [name for name, out in outs.items() if not out.exists()]
+    say(f"building {', '.join(missing)} {KUBERNETES_VERSION} from Go modules "
+        "(first run only: 10 to 20 minutes on 2 cores for all three)")
     replaces = _staging_replaces(KUBERNETES_VERSION, env, log)
     (work / "go.mod").write_text(
         "module sunk.local/testbed/kubernetes\n\ngo 1.25.0\n\n"
         f"require k8s.io/kubernetes {KUBERNETES_VERSION}\n\n" + "\n".join(replaces) + "\n")
     (work / "tools.go").write_text(
         "//go:build tools\n\npackage tools\n\nimport (\n"
-        '\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kubectl"\n)\n')
+        + "".join(f'\t_ "k8s.io/kubernetes/cmd/{name}"\n' for name in KUBERNETES_COMMANDS)
+        + ")\n")
     _run(["go", "mod", "tidy"], cwd=work, env=env, what="resolving Kubernetes modules", log=log)
     major, minor = KUBERNETES_VERSION.lstrip("v").split(".")[:2]
     stamps = []
@@ -136,15 +143,14 @@ def _build_kubernetes(bins: Path, logs: Path) -> tuple[Path, Path]:
         stamps += [f"-X {pkg}.gitVersion={KUBERNETES_VERSION}", f"-X {pkg}.gitMajor={major}",
                    f"-X {pkg}.gitMinor={minor}", f"-X {pkg}.gitTreeState=clean"]
     ldflags = " ".join(["-s", "-w", *stamps])
-    for name, out in (("kube-apiserver", apiserver), ("kubectl", kubectl)):
-        if out.exists():
-            continue
-        tmp = out.with_suffix(".tmp")
+    for name in missing:
+        out = outs[name]
+        tmp = out.with_name(out.name + ".tmp")
         _run(["go", "build", "-trimpath", "-tags=selinux,notest,grpcnotrace",
               f"-ldflags={ldflags}", "-o", str(tmp), f"k8s.io/kubernetes/cmd/{name}"],
              cwd=work, env=env, what=f"building {name}", log=log)
         tmp.rename(out)
-    return apiserver, kubectl
+    return outs
 
 
 def _build_etcd(bins: Path, logs: Path) -> Path:
@@ -191,11 +197,13 @@ def build_binaries() -> Binaries:
     logs = cache_root() / "logs"
     bins.mkdir(parents=True, exist_ok=True)
     etcd = _build_etcd(bins, logs)
-    apiserver, kubectl = _build_kubernetes(bins, logs)
+    kubernetes = _build_kubernetes(bins, logs)
     kwok = _go_install(bins, logs, "kwok", "sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION)
     helm = _go_install(bins, logs, "helm", "helm.sh/helm/v3/cmd/helm", HELM_VERSION,
                        f"-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION}")
-    return Binaries(etcd=etcd, kube_apiserver=apiserver, kubectl=kubectl, kwok=kwok, helm=helm)
+    return Binaries(etcd=etcd, kube_apiserver=kubernetes["kube-apiserver"],
+                    kube_controller_manager=kubernetes["kube-controller-manager"],
+                    kubectl=kubernetes["kubectl"], kwok=kwok, helm=helm)
 
 
 def debian_mirror() -> str:

@@ -192,10 +192,11 @@ def up(*, node_count: int = 4, suite: str = build.DEFAULT_SUITE, kill_wait: int 
         down()
 
     started = time.monotonic()
-    picked = iter(procs.free_ports(6))
+    picked = iter(procs.free_ports(7))
     ports = {
         "etcd": next(picked),
         "etcd_peer": next(picked),
+        "controller_manager": next(picked),
         "apiserver": procs.require_port(apiserver_port, "kube-apiserver")
         if apiserver_port else next(picked),
         "slurmctld": procs.require_port(slurmctld_port, "slurmctld")
@@ -222,6 +223,7 @@ def up(*, node_count: int = 4, suite: str = build.DEFAULT_SUITE, kill_wait: int 
         _start_kubernetes(tb, bins)
         _start_slurm(tb)
         _wait_kubernetes(tb)
+        _start_controller_manager(tb, bins)
         _create_kubernetes_objects(tb, bins)
         _wait_slurm(tb)
         tb.ready = True
@@ -329,6 +331,32 @@ def _wait_kubernetes(tb: Testbed) -> None:
 
     procs.wait_for(ready, what="kube-apiserver", timeout=120, log=tb.log("kube-apiserver"),
                    pid=tb.pids["kube-apiserver"])
+
+
+#: kube-controller-manager runs these alone: Jobs make their Pods, and the garbage collector
+#: deletes what an owner being deleted leaves (a Job's Pods). No node-lifecycle controller (it
+#: would taint kwok's Nodes), no namespace controller (tests finalize their namespaces).
+CONTROLLERS = ("job-controller", "garbage-collector-controller")
+
+
+def _start_controller_manager(tb: Testbed, bins: build.Binaries) -> None:
+    say(f"starting kube-controller-manager ({', '.join(CONTROLLERS)})")
+    port = tb.ports["controller_manager"]
+    tb.pids["kube-controller-manager"] = procs.start([
+        str(bins.kube_controller_manager), f"--kubeconfig={tb.kubeconfig}",
+        f"--controllers={','.join(CONTROLLERS)}", "--leader-elect=false",
+        "--bind-address=127.0.0.1", f"--secure-port={port}",
+        f"--cert-dir={tb.path / 'controller-manager'}", "--kube-api-qps=100",
+        "--kube-api-burst=200", "--v=0"], tb.log("kube-controller-manager"))
+    tb.save()
+
+    def healthy() -> bool:
+        # Its serving certificate is one it made for itself; /healthz is open to anyone.
+        return httpx.get(f"https://127.0.0.1:{port}/healthz", verify=False,
+                         timeout=2).status_code == 200
+
+    procs.wait_for(healthy, what="kube-controller-manager", timeout=60,
+                   log=tb.log("kube-controller-manager"), pid=tb.pids["kube-controller-manager"])
 
 
 def _node_manifest(node: TestbedNode) -> dict[str, Any]:
@@ -585,16 +613,18 @@ def status() -> str:
     def row(name: str, where: str) -> str:
         pid = tb.pids.get(name)
         state = "running" if pid and alive.get(name) else "STOPPED"
-        return f"  {name:<15} {state:<8} pid {pid or '-':<8} {where}"
+        return f"  {name:<23} {state:<8} pid {pid or '-':<8} {where}"
 
     lines.append(row("etcd", f"http://127.0.0.1:{tb.ports.get('etcd')}"))
     lines.append(row("kube-apiserver", tb.apiserver_url))
+    if "kube-controller-manager" in tb.pids:
+        lines.append(row("kube-controller-manager", ", ".join(CONTROLLERS)))
     lines.append(row("kwok", f"{tb.node_count} Nodes"))
     lines.append(row("munged", "in chroot"))
     lines.append(row("slurmctld", f"127.0.0.1:{tb.ports.get('slurmctld')}"))
     up_slurmds = sum(alive[n] for n in slurmds)
     base = tb.ports.get("slurmd_base", 0)
-    lines.append(f"  {'slurmd':<15} {up_slurmds}/{len(slurmds)} running, ports "
+    lines.append(f"  {'slurmd':<23} {up_slurmds}/{len(slurmds)} running, ports "
                  f"{base}..{base + tb.node_count - 1}")
     lines.append(row("slurmrestd", tb.slurmrestd_url))
     if "sunk-scheduler" in tb.pids:

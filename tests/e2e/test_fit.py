@@ -7,7 +7,6 @@ DaemonSet's, one tolerating the lock taint) take room that Slurm would still han
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import httpx
@@ -36,7 +35,8 @@ def hostname(node: str) -> dict[str, Any]:
 
 
 def bound_pod(name: str, namespace: str, node: str, *, cpu: str = "0", gpus: int = 0,
-              daemonset: bool = False, tolerate_lock: bool = False) -> dict[str, Any]:
+              daemonset_uid: str | None = None,
+              tolerate_lock: bool = False) -> dict[str, Any]:
     """A Pod placed without sunk (bound at creation, as a DaemonSet's Pods are)."""
     requests = {"cpu": cpu, "memory": "100Mi"}
     if gpus:
@@ -49,13 +49,27 @@ def bound_pod(name: str, namespace: str, node: str, *, cpu: str = "0", gpus: int
                                  "resources": {"requests": requests, "limits": {
                                      k: v for k, v in requests.items() if k != "cpu"
                                      and k != "memory"}}}]}}
-    if daemonset:
+    if daemonset_uid:
         manifest["metadata"]["ownerReferences"] = [{
             "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "node-agent",
-            "uid": str(uuid.uuid4()), "controller": True}]
+            "uid": daemonset_uid, "controller": True}]
     if tolerate_lock:
         manifest["spec"]["tolerations"] = [LOCK_TOLERATION]
     return manifest
+
+
+async def daemonset(kube: Client, namespace: str) -> str:
+    """A DaemonSet to own a Pod (no controller runs it); its uid. An owner that does not exist
+    would have the garbage collector delete the Pod."""
+    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet",
+          "metadata": {"name": "node-agent", "namespace": namespace},
+          "spec": {"selector": {"matchLabels": {"app": "node-agent"}}, "template": {
+              "metadata": {"labels": {"app": "node-agent"}},
+              "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
+    created = await kube.request("POST", "daemonsets", namespace=namespace, version="apps/v1",
+                                 json=ds)
+    uid: str = created["metadata"]["uid"]
+    return uid
 
 
 async def requested_on(kube: Client) -> dict[str, dict[str, int]]:
@@ -98,7 +112,7 @@ async def test_a_node_with_a_daemonset_pod_gets_only_what_it_has_room_for(
     await quiet(slurm, testbed)
     node = testbed.nodes[1]
     await create(kube, bound_pod("node-agent", namespace, node.k8s_name, cpu="4",
-                                 daemonset=True))
+                                 daemonset_uid=await daemonset(kube, namespace)))
     room = NODE_CPUS - 4
     for i in range(NODE_CPUS):
         await create(kube, pod_manifest(f"pinned-{i:02d}", namespace, scheduler.name, cpu="1",

@@ -130,3 +130,39 @@ async def test_rbac_refuses_a_service_account_without_roles(
     finally:
         await close_api(weak)
     assert refused.value.status == 403
+
+
+async def test_job_controller_makes_indexed_pods_and_the_gc_removes_them(
+        kube: Client, namespace: str) -> None:
+    """kube-controller-manager runs the Job controller and the garbage collector: an Indexed
+    Job's Pods carry their completion index (what a gang's rank is read from), and deleting the
+    Job in the background removes them. Nobody runs scheduler `nobody`: the Pods stay Pending."""
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "pair", "namespace": namespace},
+           "spec": {"parallelism": 2, "completions": 2, "completionMode": "Indexed",
+                    "template": {"spec": {
+                        "schedulerName": "nobody", "restartPolicy": "Never",
+                        "containers": [{"name": "main", "image": "busybox"}]}}}}
+    await kube.request("POST", "jobs", namespace=namespace, version="batch/v1", json=job)
+    selector = "batch.kubernetes.io/job-name=pair"
+
+    async def both_pods() -> list[dict[str, Any]] | None:
+        pods = await kube_list(kube, "pods", namespace=namespace, label_selector=selector)
+        return pods if len(pods) == 2 else None
+
+    pods = await eventually(both_pods)
+    indexes = sorted(p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"]
+                     for p in pods)
+    assert indexes == ["0", "1"]
+    assert all(p["status"].get("phase") == "Pending" and not p["spec"].get("nodeName")
+               for p in pods)
+    assert {p["metadata"]["ownerReferences"][0]["kind"] for p in pods} == {"Job"}
+
+    await kube.request("DELETE", "jobs/pair", namespace=namespace, version="batch/v1",
+                       json={"apiVersion": "v1", "kind": "DeleteOptions",
+                             "propagationPolicy": "Background"})
+
+    async def pods_gone() -> bool:
+        return not await kube_list(kube, "pods", namespace=namespace, label_selector=selector)
+
+    await eventually(pods_gone)
