@@ -16,13 +16,13 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from sunk import fit, kube, locking, placement
+from sunk import fit, gang, kube, locking, placement
 from sunk.assume import AssumeCache
 from sunk.health import Health
 from sunk.jobtable import JobTable
 from sunk.nodeindex import NodeIndex
 from sunk.settings import Settings
-from sunk.slurm.job import PodIdentity
+from sunk.slurm.job import PodIdentity, member_id
 from sunk.state import SchedulerState
 from sunk.supervise import forever
 
@@ -57,6 +57,18 @@ class Cluster:
             api, "pods", namespace=settings.slurmd_namespace,
             label_selector=settings.slurmd_label_selector, handler=self._on_other)
         self.namespace_informer = kube.Informer(api, "namespaces")
+        #: What a gang's size comes from (docs/gangs.md): batch Jobs, and PodGroups if their
+        #: CRD is installed (not waited for: without it, PodGroup gangs wait and say why).
+        self.job_informer = kube.Informer(api, "jobs", version="batch/v1",
+                                          handler=lambda _, obj: self._on_gang_owner("job", obj))
+        self.podgroup_informer = kube.Informer(
+            api, "podgroups", version="scheduling.x-k8s.io/v1alpha1",
+            handler=lambda _, obj: self._on_gang_owner("podgroup", obj))
+        #: Gang key -> its Pods (that name this scheduler) by key; Pod key -> its gang key.
+        self._gang_pods: dict[str, dict[str, kube.Obj]] = {}
+        self._gang_of: dict[str, str] = {}
+        #: Called with a gang's key when its Job or PodGroup changes.
+        self.gang_handlers: list[Callable[[str], None]] = []
         #: Every Pod (for what is bound to each Node: fit checks and node locks).
         self.all_pods = kube.Informer(api, "pods", handler=self._on_any_pod)
         self.slurmd_selector = label_terms(settings.slurmd_label_selector)
@@ -87,13 +99,18 @@ class Cluster:
         component."""
         shared = [self.node_informer, self.slurmd_informer, self.all_pods]
         if self.scheduling:
-            shared += [*self.pod_informers, self.namespace_informer]
+            shared += [*self.pod_informers, self.namespace_informer, self.job_informer]
         return shared
+
+    def optional_informers(self) -> list[kube.Informer]:
+        """Informers run but not waited for (a CRD that may not be installed)."""
+        return [self.podgroup_informer] if (
+            self.scheduling and self.settings.watch_podgroups) else []
 
     async def run(self) -> None:
         """Run the informers until cancelled; :attr:`ready` once every cache is synced."""
         async with asyncio.TaskGroup() as tasks:
-            for informer in self.informers():
+            for informer in [*self.informers(), *self.optional_informers()]:
                 tasks.create_task(informer.run())
             await asyncio.gather(*(i.synced.wait() for i in self.informers()))
             tasks.create_task(forever("probing the API server",
@@ -119,6 +136,7 @@ class Cluster:
 
     def _on_pod(self, kind: str, pod: kube.Obj) -> None:
         self.assumed.observe(kind, pod)
+        self._track_gang(kind, pod)
         if kind == "DELETED":
             uid = pod["metadata"].get("uid", "")
             if (gone := self._gone.pop(uid, None)) is not None:
@@ -129,6 +147,60 @@ class Cluster:
 
     def _on_other(self, kind: str, obj: kube.Obj) -> None:
         self.assumed.observe(kind, obj)
+
+    # -- gangs ---------------------------------------------------------------------------------
+    def _track_gang(self, kind: str, pod: kube.Obj) -> None:
+        key = kube.key(pod)
+        was = self._gang_of.pop(key, None)
+        if was is not None:
+            members = self._gang_pods[was]
+            members.pop(key, None)
+            if not members:
+                del self._gang_pods[was]
+        name = gang.gang_name(pod, self.settings.annotation_prefix)
+        if name is not None and kind != "DELETED":
+            gang_key = f"{pod['metadata']['namespace']}/{name}"
+            self._gang_pods.setdefault(gang_key, {})[key] = pod
+            self._gang_of[key] = gang_key
+
+    def gang_of(self, pod: kube.Obj) -> str | None:
+        """The key of the gang ``pod`` may belong to (whether it is one is for its claim)."""
+        name = gang.gang_name(pod, self.settings.annotation_prefix)
+        return None if name is None else f"{pod['metadata']['namespace']}/{name}"
+
+    def gang_pods(self, key: str) -> list[kube.Obj]:
+        """The Pods naming this scheduler that may belong to the gang ``key``."""
+        return list(self._gang_pods.get(key, {}).values())
+
+    def gang_members(self, who: PodIdentity) -> list[kube.Obj]:
+        """The Pods a gang's job is for that still exist (any phase)."""
+        wanted = set(who.members)
+        return [p for p in self.gang_pods(who.key)
+                if member_id(p["metadata"].get("uid", "")) in wanted]
+
+    def gang_owners(self) -> gang.Owners:
+        jobs, groups = self.job_informer.cache, self.podgroup_informer.cache
+
+        def job(namespace: str, name: str) -> tuple[int | None, int | None] | None:
+            found = jobs.get(f"{namespace}/{name}")
+            if found is None:
+                return None
+            spec = found.get("spec") or {}
+            return spec.get("parallelism"), spec.get("completions")
+
+        def podgroup(namespace: str, name: str) -> int | None:
+            found = groups.get(f"{namespace}/{name}")
+            size = ((found or {}).get("spec") or {}).get("minMember")
+            return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+        return gang.Owners(job=job, podgroup=podgroup,
+                           podgroups_known=self.podgroup_informer.synced.is_set())
+
+    def _on_gang_owner(self, source: str, obj: kube.Obj) -> None:
+        meta = obj.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{source}:{meta.get('name')}"
+        for handler in self.gang_handlers:
+            handler(key)
 
     # -- every Pod, by the Node it is bound to ---------------------------------------------------
     def _on_any_pod(self, kind: str, pod: kube.Obj) -> None:

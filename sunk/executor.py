@@ -24,7 +24,7 @@ from sunk.nodeexecutor import NodeExecutor
 from sunk.nodeplan import NodeFacts
 from sunk.ports import KubePort, SlurmPort
 from sunk.slurm.client import SlurmError
-from sunk.slurm.job import Job
+from sunk.slurm.job import Job, PodIdentity
 from sunk.state import PodRecord
 
 log = logging.getLogger("sunk.executor")
@@ -51,12 +51,17 @@ class PodMemory:
     uncertain_submits: dict[str, int] = field(default_factory=dict)
     #: Pod uid -> its jobs cancelled because their Node had no room for it.
     refitted: dict[str, set[int]] = field(default_factory=dict)
+    #: (Pod uid, reason, message) of gang Events already told (a gang's reconcile repeats).
+    told_gang: set[tuple[str, str, str]] = field(default_factory=set)
+    #: Gang id -> (its job, when that job was first seen started, monotonic seconds).
+    gang_started: dict[str, tuple[int, float]] = field(default_factory=dict)
 
     def forget(self, uid: str) -> None:
         self.refitted.pop(uid, None)
         self.replaced.pop(uid, None)
         self.told_ignored.discard(uid)
         self.uncertain_submits.pop(uid, None)
+        self.told_gang = {t for t in self.told_gang if t[0] != uid}
 
 
 class Executor:
@@ -158,6 +163,66 @@ class Executor:
         await self.annotate_pod(pod, {self.owned.job_id: str(job_id),
                                       self.owned.pod_uid: meta["uid"], self.owned.rejected: None})
         record.note("JobSubmitted", f"Slurm job {job_id}")
+
+    # -- a gang (sunk.gangplan) -------------------------------------------------------------------
+    async def apply_gang(self, gang_id: str, pods: dict[str, kube.Obj],
+                         steps: Iterable[tuple[str | None, do.PodAction]]) -> None:
+        """Apply a gang's plan in order; its binds go last, all at once."""
+        binds: list[tuple[kube.Obj, do.Bind]] = []
+        later: do.RetryLater | None = None
+        for target, action in steps:
+            if target is None:
+                match action:
+                    case do.Replace(lost_job):
+                        self.memory.replaced.setdefault(gang_id, set()).add(lost_job)
+                    case do.CancelJob(job_id, why):
+                        await self.cancel(job_id, f"gang {gang_id[:8]}", why)
+                    case do.RetryLater():
+                        later = action
+                continue
+            pod = pods[target]
+            if isinstance(action, do.Bind):
+                binds.append((pod, action))
+                continue
+            if isinstance(action, do.PodEvent):
+                told = (pod["metadata"]["uid"], action.reason, action.message)
+                if told in self.memory.told_gang:
+                    continue
+                self.memory.told_gang.add(told)
+            await self.apply_pod(pod, self.record(pod), (action,))
+        if binds:
+            results = await asyncio.gather(
+                *(self._bind(pod, self.record(pod), b.k8s_node, b.slurm_node, b.job_id)
+                  for pod, b in binds), return_exceptions=True)
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
+        if later is not None:
+            raise RetryLater(later.why, room=later.room)
+
+    def record(self, pod: kube.Obj) -> PodRecord:
+        """The Pod's line on the dashboard."""
+        meta = pod["metadata"]
+        return self.cluster.state.record(meta["namespace"], meta["name"], meta["uid"],
+                                         kube.created(pod))
+
+    async def submit_gang(self, gang: PodIdentity, members: list[kube.Obj],
+                          job: dict[str, Any]) -> int:
+        """Submit a gang's job, then write its id on every member (all at once)."""
+        credential = self.keys.job_credential(job_owner(self.settings.scheduler_name,
+                                                        gang.uid))
+        job = {**job, "environment": [*job["environment"], f"SUNK_JOB_TOKEN={credential}"]}
+        try:
+            job_id = await self._submit_once(gang.uid, job)
+        except SlurmError:
+            metrics.SUBMIT_ERRORS.inc()
+            raise
+        metrics.JOBS_SUBMITTED.inc()
+        log.info("gang %s: submitted job %d for %d Pods", gang.key, job_id, len(members))
+        await asyncio.gather(*(self.annotate_pod(pod, {
+            self.owned.job_id: str(job_id), self.owned.pod_uid: pod["metadata"]["uid"],
+            self.owned.rejected: None}) for pod in members))
+        return job_id
 
     async def _submit_once(self, uid: str, job: dict[str, Any]) -> int:
         """Submit, unless an earlier try whose answer was lost (a timeout, an outage) did reach

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 
 from sunk import kube, metrics
@@ -48,14 +49,17 @@ class HookAnswers:
         self.wake = wake
         self.ready = cluster.ready
 
-    def _ours(self, job_id: int) -> tuple[PodIdentity, kube.Obj | None] | None:
-        """The Pod a job of ours is for, and that Pod if it still exists."""
+    def _ours(self, job_id: int) -> tuple[PodIdentity, list[kube.Obj]] | None:
+        """The Pod a job of ours is for (a gang: its members), and those that still exist."""
         who = self.cluster.jobs.owner(job_id)
         if who is None or who.scheduler != self.cluster.settings.scheduler_name:
             return None
+        if who.gang:
+            return who, self.cluster.gang_members(who)
         if job_id in self.executor.memory.refitted.get(who.uid, ()):
-            return who, None  # cancelled to go elsewhere: its Pod is no longer this job's
-        return who, self.cluster.pod_of(who)
+            return who, []  # cancelled to go elsewhere: its Pod is no longer this job's
+        pod = self.cluster.pod_of(who)
+        return who, [] if pod is None else [pod]
 
     def job_owner(self, job_id: int) -> str | None:
         """What the job's credential is bound to (its Pod), or None if it is not ours."""
@@ -76,20 +80,23 @@ class HookAnswers:
         found = self._ours(job_id)
         if found is None:
             return None
-        who, pod = found
+        who, pods = found
         cached = self.cluster.jobs.get(job_id)
         if (cached is None or cached.state == "PENDING") and (
                 await self._fresh_job(job_id)).state == "PENDING":
             raise HookRefused(409, f"Slurm shows job {job_id} pending: no script of it runs, "
                                    "so nothing of it is ending")
-        if pod is None:
+        if not pods:
             return who.key, True
-        if not pod["metadata"].get("deletionTimestamp"):
-            async with answering(f"deleting Pod {who.key}"):
+        for pod in pods:
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            async with answering(f"deleting Pod {kube.key(pod)}"):
                 await self.executor.kube.delete_pod(pod)
-            self.executor.pod_event(pod, self.cluster.state.pods.get(who.key),
+            self.executor.pod_event(pod, self.cluster.state.pods.get(kube.key(pod)),
                                     "SlurmJobTerminating",
-                                    f"Slurm is ending job {job_id} on {node}; deleting the Pod",
+                                    f"Slurm is ending job {job_id} on {node}; deleting the Pod"
+                                    + (f" and the rest of gang {who.name}" if who.gang else ""),
                                     warning=True)
             metrics.PODS_DELETED.inc()
         return who.key, False
@@ -101,7 +108,7 @@ class HookAnswers:
         found = self._ours(job_id)
         if found is None:
             return None
-        who, pod = found
+        who, pods = found
         fresh = await self._fresh_job(job_id)
         if fresh.state != "RUNNING":
             raise HookRefused(409, f"Slurm shows job {job_id} {fresh.state.lower()}, not "
@@ -112,37 +119,54 @@ class HookAnswers:
             raise HookRefused(409, f"job {job_id}'s extra does not say started: the "
                                    "placeholder writes it before it calls")
         self.wake(who)
-        return who.key, pod is None
+        return who.key, not pods
 
     async def drain_for_job(self, job_id: int, node: str) -> Answer:
         """The job reached KillWait with its Pod still there: drain its Slurm node, naming the
-        Pod, so nothing else lands there until someone looks."""
+        Pod, so nothing else lands there until someone looks. A gang's job drains the node of
+        each member still there, and only those."""
         found = self._ours(job_id)
         if found is None:
             return None
-        who, pod = found
+        who, pods = found
         cached = self.cluster.jobs.get(job_id)
         nodes = (cached.nodes if cached is not None else "") or (
             await self._fresh_job(job_id)).nodes
-        if node not in expand_hostlist(nodes):
+        allocated = expand_hostlist(nodes)
+        if node not in allocated:
             raise HookRefused(409, f"job {job_id} was given {nodes or 'no node'}, not {node}: "
                                    "only its own node can be drained for it")
-        if pod is None:
+        if not pods:
             return who.key, True
-        reason = (f"sunk: Pod {who.key} still terminating at KillWait (job {job_id}); "
-                  "drained so nothing else lands here")
-        async with answering(f"draining {node}"):
-            await self.executor.slurm.update_node(node, {"state": ["DRAIN"], "reason": reason})
-        self.executor.pod_event(pod, self.cluster.state.pods.get(who.key), "SlurmNodeDrained",
-                                f"{node}: {reason}", warning=True)
-        log.warning("drained Slurm node %s: %s", node, reason)
+        from_k8s = self.cluster.index().from_k8s
+        for pod in pods:
+            here = node
+            if who.gang:  # the node its member is bound to, if it is one of the job's
+                hosted = from_k8s.get((pod.get("spec") or {}).get("nodeName") or "", ())
+                ours = [n for n in hosted if n in allocated]
+                if not ours:
+                    continue
+                here = ours[0]
+            reason = (f"sunk: Pod {kube.key(pod)} still terminating at KillWait (job "
+                      f"{job_id}); drained so nothing else lands here")
+            async with answering(f"draining {here}"):
+                await self.executor.slurm.update_node(here, {"state": ["DRAIN"],
+                                                             "reason": reason})
+            self.executor.pod_event(pod, self.cluster.state.pods.get(kube.key(pod)),
+                                    "SlurmNodeDrained", f"{here}: {reason}", warning=True)
+            log.warning("drained Slurm node %s: %s", here, reason)
         return who.key, False
 
     async def wait_pod_gone(self, job_id: int, within: float) -> Answer:
         found = self._ours(job_id)
         if found is None:
             return None
-        who, pod = found
-        if pod is None:
+        who, pods = found
+        if not pods:
             return who.key, True
-        return who.key, await self.cluster.wait_pod_gone(who.uid, within)
+        deadline = time.monotonic() + within
+        for pod in pods:  # a gang's job waits for every member
+            left = max(0.0, deadline - time.monotonic())
+            if not await self.cluster.wait_pod_gone(pod["metadata"]["uid"], left):
+                return who.key, False
+        return who.key, True

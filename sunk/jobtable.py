@@ -31,6 +31,8 @@ class JobTable:
         self.jobs: dict[int, Job] = {}
         #: Pod uid -> id of the newest job of ours for it (adoption, cancellation, locks).
         self.by_uid: dict[str, int] = {}
+        #: Gang member id (:func:`sunk.slurm.job.member_id`) -> its gang's newest job.
+        self.member_of: dict[str, int] = {}
         #: Jobs whose extra names a Pod of ours but which we did not submit (logged once).
         self._impostors: set[int] = set()
 
@@ -84,7 +86,13 @@ class JobTable:
         newest = self.by_uid.get(who.uid)
         if newest is None or job.job_id >= newest or newest not in self.jobs:
             self.by_uid[who.uid] = job.job_id
+            for member in who.members:
+                self.member_of[member] = job.job_id
         return Learned(who, displaced)
+
+    def placed(self, uid: str, member: str) -> bool:
+        """Whether a job of ours is for the Pod ``uid`` (alone, or as gang member ``member``)."""
+        return uid in self.by_uid or member in self.member_of
 
     def forget(self, job_id: int) -> Job | None:
         """Slurm no longer knows the job (purged after MinJobAge, or lost)."""
@@ -92,6 +100,9 @@ class JobTable:
         if job is not None and job.owner is not None and self.by_uid.get(
                 job.owner.uid) == job_id:
             del self.by_uid[job.owner.uid]
+            for member in job.owner.members:
+                if self.member_of.get(member) == job_id:
+                    del self.member_of[member]
         return job
 
     def newest_id(self) -> int:

@@ -18,18 +18,17 @@ annotating submits nothing twice.
 from __future__ import annotations
 
 import asyncio
-import datetime
 import gc
 import logging
-import time
 
 from sunk import kube, metrics, ownership, podplan
 from sunk.cluster import Cluster
 from sunk.decide import JobView, PodView
 from sunk.executor import Executor, RetryLater
+from sunk.gangreconcile import GangReconciler
 from sunk.policy.loader import PolicyStore
 from sunk.slurm.client import SlurmError
-from sunk.slurm.job import Job, PodIdentity
+from sunk.slurm.job import Job, PodIdentity, member_id
 from sunk.slurmwatch import SlurmWatch
 from sunk.state import PodRecord
 from sunk.supervise import forever
@@ -37,12 +36,6 @@ from sunk.translate import TranslateSettings
 from sunk.workqueue import WorkQueue
 
 log = logging.getLogger("sunk.scheduler")
-
-
-def _timestamp(text: str | None) -> float:
-    if not text:
-        return time.time()
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 class Scheduler:
@@ -60,6 +53,9 @@ class Scheduler:
             gpu_resource=settings.gpu_resource, gpu_model_label=settings.gpu_model_label,
             gpu_types=settings.gpu_types, kill_wait_seconds=settings.slurm_kill_wait)
         cluster.pod_handlers.append(self._on_pod)
+        self.gangs = GangReconciler(cluster, executor, policies, self.translate_settings,
+                                    recheck=self.queue.add_after)
+        cluster.gang_handlers.append(self.queue.add)
         cluster.usage.freed = self._room_freed
         #: Pods waiting for room on some Node: woken when a Pod leaves a Node.
         self._waiting_for_room: set[str] = set()
@@ -110,9 +106,13 @@ class Scheduler:
             self._requeue_all()
 
     def job_stuck(self, job: Job, who: PodIdentity, why: str) -> None:
-        """A job pending for a reason that needs a person: a Warning Event on its Pod."""
-        if (pod := self.cluster.pod_of(who)) is not None:
-            self.executor.pod_event(pod, self.cluster.state.pods.get(who.key), "SlurmJobStuck",
+        """A job pending for a reason that needs a person: a Warning Event on its Pod (on
+        every member of a gang)."""
+        pods = self.cluster.gang_members(who) if who.gang else [
+            p for p in [self.cluster.pod_of(who)] if p is not None]
+        for pod in pods:
+            self.executor.pod_event(pod, self.cluster.state.pods.get(kube.key(pod)),
+                                    "SlurmJobStuck",
                                     f"Slurm keeps job {job.job_id} pending ({job.reason}): "
                                     f"{why}. It will not start by itself.", warning=True)
 
@@ -144,6 +144,8 @@ class Scheduler:
 
     def _on_pod(self, kind: str, pod: kube.Obj) -> None:
         key = kube.key(pod)
+        if (gang_key := self.cluster.gang_of(pod)) is not None:
+            self.queue.add(gang_key)  # a member changed: its gang looks again
         if kind == "DELETED":
             uid = pod["metadata"].get("uid", "")
             self.executor.memory.forget(uid)
@@ -159,13 +161,23 @@ class Scheduler:
         reconcile itself (decide: DELETE_POD)."""
         while True:  # first right away: orphans left while the scheduler was down go now
             live = {p["metadata"]["uid"] for p in self.cluster.pods()}
+            members = {member_id(uid) for uid in live}
             for job_id, job in list(self.cluster.jobs.jobs.items()):
                 who = job.owner
-                if who is None or job.finished or who.uid in live:
+                if who is None or job.finished:
                     continue
+                if who.gang:  # a gang's job: while it is its gang's newest and a member lives
+                    if self.cluster.jobs.by_uid.get(who.uid) == job_id and any(
+                            m in members for m in who.members):
+                        continue
+                    why = ("orphaned: none of its gang's Pods exists" if not any(
+                        m in members for m in who.members) else "its gang has a newer job")
+                elif who.uid in live:
+                    continue
+                else:
+                    why = "orphaned: its Pod no longer exists"
                 try:
-                    await self.executor.cancel(job_id, who.key,
-                                               "orphaned: its Pod no longer exists")
+                    await self.executor.cancel(job_id, who.key, why)
                     metrics.ORPHANS_CANCELLED.inc()
                 except SlurmError as exc:
                     log.warning("cancelling orphaned job %d failed: %s", job_id, exc)
@@ -173,6 +185,9 @@ class Scheduler:
 
     # -- the reconcile: facts, plan, apply -------------------------------------------------------
     async def reconcile(self, key: str) -> None:
+        if ":" in key.split("/", 1)[-1] and "#" not in key:  # a gang (sunk.gang)
+            await self.gangs.reconcile(key, first_try=self.queue.failures(key) == 0)
+            return
         if "#" in key:  # a deleted Pod's job: "ns/name#uid#job"
             _, uid, job_id = key.split("#")
             actions = podplan.plan_deleted(int(job_id), await self._job_view(int(job_id), uid))
@@ -181,6 +196,9 @@ class Scheduler:
             return
         pod = self.cluster.pod(key)
         if pod is None:
+            return
+        if self.gangs.claim(pod) is not None:  # a gang's member: its gang decides
+            self.queue.add(self.cluster.gang_of(pod) or key)
             return
         facts = await self._facts(pod)
         record = self._record(pod, facts)
@@ -255,7 +273,7 @@ class Scheduler:
         """The Pod's line on the dashboard, brought up to date."""
         meta, view, job = pod["metadata"], facts.view, facts.job
         rec = self.cluster.state.record(meta["namespace"], meta["name"], meta["uid"],
-                                        _timestamp(meta.get("creationTimestamp")))
+                                        kube.created(pod))
         rec.phase = "Terminating" if view.deleting else view.phase
         rec.job_id = view.job_id
         rec.k8s_node = (pod.get("spec") or {}).get("nodeName") or ""

@@ -109,6 +109,15 @@ class Settings(BaseSettings):
     policies_configmap: str | None = None
     workers: int = 16
 
+    #: Gangs (docs/gangs.md): a gang short of members gets a Warning Event ``GangIncomplete``
+    #: after this long; a gang whose job started must have every member bound within
+    #: ``gang_bind_timeout``, or its job is cancelled and submitted again.
+    gang_incomplete_timeout: float = 300.0
+    gang_bind_timeout: float = 60.0
+    gang_max_size: int = Field(default=64, ge=1, le=512)
+    #: Whether to watch scheduler-plugins PodGroups (their CRD need not be installed).
+    watch_podgroups: bool = True
+
     #: Leader election on a Lease (for more than one replica): only the leader acts.
     leader_elect: bool = False
     leader_elect_lease_duration: float = 15.0
@@ -119,6 +128,7 @@ class Settings(BaseSettings):
     leader_elect_resource_namespace: str | None = None
 
     @field_validator("slurm_kill_wait", "slurm_poll_interval", "leader_elect_lease_duration",
+                     "gang_incomplete_timeout", "gang_bind_timeout",
                      "leader_elect_renew_deadline", "leader_elect_retry_period", mode="before")
     @classmethod
     def _duration(cls, v: str | float) -> float:

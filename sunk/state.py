@@ -51,6 +51,41 @@ class PodRecord:
 
 
 @dataclass
+class GangMember:
+    key: str
+    rank: int
+    #: The Slurm node its rank was given, and the Kubernetes Node it is bound to ("" if not).
+    slurm_node: str = ""
+    k8s_node: str = ""
+    phase: str = "Pending"
+
+
+@dataclass
+class GangRecord:
+    """A gang as the dashboard shows it (:mod:`sunk.gang`)."""
+
+    namespace: str
+    name: str
+    size: int | None
+    members: list[GangMember] = field(default_factory=list)
+    job_id: int | None = None
+    job_state: str = ""
+    #: What it waits for, or why it cannot be scheduled ("" when every member is bound).
+    waiting: str = ""
+    problem: str = ""
+    history: deque[Transition] = field(default_factory=lambda: deque(maxlen=HISTORY))
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def note(self, what: str, detail: str = "") -> None:
+        if not self.history or (self.history[-1].what, self.history[-1].detail) != (what,
+                                                                                      detail):
+            self.history.append(Transition(time.time(), what, detail))
+
+
+@dataclass
 class SchedulerState:
     pods: dict[str, PodRecord] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
@@ -62,6 +97,9 @@ class SchedulerState:
     slurm_nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Slurm node name -> how its definition disagrees with Kubernetes' room (if it does).
     capacity: dict[str, str] = field(default_factory=dict)
+    #: Gang key (``namespace/source:name``) -> the gang; Pod key -> its gang's key.
+    gangs: dict[str, GangRecord] = field(default_factory=dict)
+    gang_of: dict[str, str] = field(default_factory=dict)
 
     def record(self, namespace: str, name: str, uid: str, created: float) -> PodRecord:
         key = f"{namespace}/{name}"

@@ -22,6 +22,7 @@ from sunk.hookanswers import answering
 from sunk.hookauth import HookRefused
 from sunk.locking import LOCK_KEY, LockState
 from sunk.slurm.client import SlurmClient, SlurmError
+from sunk.slurm.job import member_id
 from sunk.slurm.text import expand_hostlist
 from sunk.supervise import forever
 from sunk.workqueue import WorkQueue
@@ -186,7 +187,7 @@ class Syncer:
         meta = pod.get("metadata") or {}
         uid = meta.get("uid")
         if self.cluster.scheduling:
-            return uid in self.cluster.jobs.by_uid
+            return self.cluster.jobs.placed(uid or "", member_id(uid or ""))
         annotations = meta.get("annotations") or {}
         owned = self.executor.owned
         return annotations.get(owned.pod_uid) == uid and owned.job_id in annotations

@@ -25,10 +25,11 @@ _LIST_FIELDS = ("excluded_nodes", "required_nodes")
 #: The annotations a Pod's author may set under the prefix (the reference product's table).
 POD_ANNOTATIONS = ("account", "comment", "constraints", "exclusive", "excluded-nodes",
                    "required-nodes", "partition", "prefer", "priority", "qos", "reservation",
-                   "user-id", "group-id", "current-working-dir", "timeout")
+                   "user-id", "group-id", "current-working-dir", "timeout", "gang", "gang-size",
+                   "gang-index")
 #: What the scheduler and syncer write themselves (docs/security.md).
 OWNED_ANNOTATIONS = ("job-id", "rejected", "pod-uid", "lock", "slurm-state", "slurm-reason",
-                     "leader")
+                     "leader", "gang-rank", "gang-node")
 
 
 class NoRoom(LookupError):
@@ -149,4 +150,56 @@ def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
         job["excluded_nodes"] = excluded
     if requested["required_nodes"]:
         job["required_nodes"] = requested["required_nodes"]
+    return job
+
+
+def _gpus(tres: str | None) -> int:
+    return int(tres.rsplit(":", 1)[1]) if tres else 0
+
+
+def gang_job_description(members: list[dict[str, Any]], gang: PodIdentity,
+                         snap: placement.Snapshot) -> dict[str, Any]:
+    """One job for a gang: its members' jobs (rank order, from :func:`job_description`) made
+    one, with a node per member and one task per node. Each node gets what the largest
+    member asks; the Slurm-side fields (account, partition, ...) are rank 0's; the nodes a
+    member cannot use are left out for all."""
+    count = len(members)
+    job = dict(members[0])
+    extra = job_extra(gang)
+    job.update(name=job_name(gang), admin_comment=admin_comment(gang), extra=extra,
+               nodes=str(count), minimum_nodes=count, maximum_nodes=count, tasks=count,
+               cpus_per_task=max(m["cpus_per_task"] for m in members),
+               memory_per_node={"set": True, "number": max(
+                   m["memory_per_node"]["number"] for m in members)})
+    job["environment"] = [
+        *(line for line in job["environment"] if not line.startswith(
+            ("SUNK_JOB_EXTRA=", "SUNK_POD_NAMESPACE=", "SUNK_POD_NAME=", "SUNK_POD_UID="))),
+        f"SUNK_JOB_EXTRA={extra}", f"SUNK_POD_NAMESPACE={gang.namespace}",
+        f"SUNK_POD_NAME={gang.name}", f"SUNK_POD_UID={gang.uid}"]
+    tres = sorted({m["tres_per_node"] for m in members if m.get("tres_per_node")},
+                  key=_gpus)
+    if tres:
+        most = _gpus(tres[-1])
+        typed = {t.rsplit(":", 1)[0] for t in tres}
+        job["tres_per_node"] = tres[-1] if len(typed) == 1 else f"gres/gpu:{most}"
+    excluded = sorted({n for m in members for n in m.get("excluded_nodes") or ()})
+    required = sorted({n for m in members for n in m.get("required_nodes") or ()})
+    job.pop("excluded_nodes", None)
+    job.pop("required_nodes", None)
+    if conflict := set(required) & set(excluded):
+        raise Unschedulable("PlacementConflict",
+                            f"one member requires node(s) {', '.join(sorted(conflict))} that "
+                            "another member cannot use")
+    known = snap.slurm_nodes if snap.slurm_nodes is not None else frozenset(snap.slurm_to_k8s)
+    if known and len(known) < count:
+        raise Unschedulable("GangTooLarge", f"the gang needs {count} nodes; Slurm has "
+                                            f"{len(known)}")
+    usable = set(known) - set(excluded)
+    if known and len(usable) < count:
+        raise NoRoom(f"the gang needs {count} nodes; only {len(usable)} can take every member "
+                     "now; waiting")
+    if excluded:
+        job["excluded_nodes"] = excluded
+    if required:
+        job["required_nodes"] = required
     return job

@@ -17,7 +17,7 @@ from sunk.kube.client import (
     load_credentials,
     request,
 )
-from sunk.kube.informer import Handler, Informer, key
+from sunk.kube.informer import Handler, Informer, created, key
 from sunk.kube.writes import annotate, bind, delete_pod, event, evict, set_taints
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "close",
     "connect",
     "connect_waiting",
+    "created",
     "delete_pod",
     "event",
     "evict",

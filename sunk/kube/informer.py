@@ -8,7 +8,9 @@ bookmarks, keeps the newest resourceVersion and backs off on errors.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import msgspec
@@ -30,6 +32,17 @@ def key(obj: Obj) -> str:
     meta = obj.get("metadata") or {}
     ns = meta.get("namespace")
     return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
+
+
+def created(obj: Obj) -> float:
+    """When the object was created (epoch seconds; now if it does not say)."""
+    text = (obj.get("metadata") or {}).get("creationTimestamp")
+    if not isinstance(text, str) or not text:
+        return time.time()
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return time.time()
 
 
 class Informer:

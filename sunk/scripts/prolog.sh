@@ -25,7 +25,7 @@ NODE=${SLURMD_NODENAME:-$(hostname)}
 JOB=${SLURM_JOB_ID:?}
 TIMEOUT=${SUNK_LOCK_TIMEOUT:-300}
 case "${SLURM_JOB_EXTRA:-}" in
-    sunk-pod=*) STRICT=true ;;
+    sunk-pod=*|sunk-gang=*) STRICT=true ;;
     *) STRICT=false ;;
 esac
 

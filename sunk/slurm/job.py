@@ -14,8 +14,9 @@ from typing import Any
 
 from sunk.decide import FINISHED_STATES
 
-_EXTRA = re.compile(r"^sunk-pod=(?P<ns>[^/\s]+)/(?P<name>[^\s]+) uid=(?P<uid>[0-9a-fA-F-]+)"
-                    r" scheduler=(?P<scheduler>[^\s:]+)")
+_EXTRA = re.compile(r"^sunk-(?P<kind>pod|gang)=(?P<ns>[^/\s]+)/(?P<name>[^\s]+)"
+                    r" uid=(?P<uid>[0-9a-fA-F-]+) scheduler=(?P<scheduler>[^\s:]+)"
+                    r"(?: members=(?P<members>[0-9a-f]{12}(?:,[0-9a-f]{12})*))?")
 #: A job Slurm requeued held after its launch failed (a prolog failure), as slurmrestd
 #: describes it (``state_description``), and the reason sunk (and scontrol) gives it.
 LAUNCH_FAILED_DESCRIPTION = "launch failed requeued held"
@@ -24,23 +25,41 @@ LAUNCH_FAILED_HELD = "launch_failed_requeued_held"
 STARTED = ": started"
 
 
+def member_id(uid: str) -> str:
+    """A gang member's id in its job's ``extra``: the first 12 hex digits of its Pod's uid
+    (short, so the ``extra`` of a large gang stays small; unique within one gang)."""
+    return uid.replace("-", "")[:12].lower()
+
+
 @dataclass(frozen=True)
 class PodIdentity:
     """Whose a placeholder job is: the Pod, and the scheduler (by name) that submitted it, so
-    two sunk schedulers sharing one Slurm cluster never adopt or reap each other's jobs."""
+    two sunk schedulers sharing one Slurm cluster never adopt or reap each other's jobs.
+
+    A gang's job (:mod:`sunk.gang`) names the gang instead: ``name`` is the gang's name (it
+    has a ``:``, which no Pod name has), ``uid`` the gang's id, and ``members`` its Pods'
+    :func:`member_id` in rank order (rank r runs on the r-th node of the job)."""
 
     namespace: str
     name: str
     uid: str
     scheduler: str
+    members: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
+    @property
+    def gang(self) -> bool:
+        return bool(self.members)
+
 
 def job_extra(pod: PodIdentity) -> str:
     """The job's ``extra``: who the job is for. The placeholder appends ``: started``."""
+    if pod.gang:
+        return (f"sunk-gang={pod.namespace}/{pod.name} uid={pod.uid} scheduler={pod.scheduler}"
+                f" members={','.join(pod.members)}")
     return f"sunk-pod={pod.namespace}/{pod.name} uid={pod.uid} scheduler={pod.scheduler}"
 
 
@@ -51,7 +70,11 @@ def parse_extra(extra: str | None) -> tuple[PodIdentity | None, bool]:
     m = _EXTRA.match(extra)
     if m is None:
         return None, False
-    who = PodIdentity(m["ns"], m["name"], m["uid"], m["scheduler"])
+    gang = m["kind"] == "gang"
+    if gang != bool(m["members"]):
+        return None, False  # a gang names its members; a Pod's job names none
+    who = PodIdentity(m["ns"], m["name"], m["uid"], m["scheduler"],
+                      tuple(m["members"].split(",")) if gang else ())
     return who, extra.rstrip().endswith(STARTED)
 
 
@@ -64,8 +87,8 @@ def admin_comment(pod: PodIdentity) -> str:
 
 
 def job_name(pod: PodIdentity) -> str:
-    """The job's name: the Pod, readable in ``squeue``."""
-    return f"pod:{pod.namespace}/{pod.name}"
+    """The job's name: the Pod (or gang), readable in ``squeue``."""
+    return f"{'gang' if pod.gang else 'pod'}:{pod.namespace}/{pod.name}"
 
 
 def _text(raw: dict[str, Any], key: str) -> str:

@@ -190,6 +190,10 @@ def test_the_whole_grant_is_exactly_what_the_code_uses(helm: Path) -> None:
         ("ClusterRole", None, "nodes", "list", None),
         ("ClusterRole", None, "nodes", "watch", None),
         ("ClusterRole", None, "nodes", "patch", None),
+        ("ClusterRole", None, "jobs", "list", None),
+        ("ClusterRole", None, "jobs", "watch", None),
+        ("ClusterRole", None, "podgroups", "list", None),
+        ("ClusterRole", None, "podgroups", "watch", None),
         ("ClusterRole", None, "namespaces", "list", None),
         ("ClusterRole", None, "namespaces", "watch", None),
         ("ClusterRole", None, "pods", "list", None),
@@ -217,8 +221,8 @@ def test_without_the_syncer_nothing_cluster_wide_but_reading_nodes_namespaces_an
         helm: Path) -> None:
     objects = render(helm, {"scheduler.components": ["scheduler"]})
     cluster = {(r, v) for k, _, r, v, _ in rules(objects) if k == "ClusterRole"}
-    assert cluster == {("nodes", "list"), ("nodes", "watch"), ("namespaces", "list"),
-                       ("namespaces", "watch"), ("pods", "list"), ("pods", "watch")}
+    assert cluster == {(r, v) for r in ("nodes", "namespaces", "pods", "jobs", "podgroups")
+                       for v in ("list", "watch")}
     assert {(r, v) for _, ns, r, v, _ in rules(objects) if ns == "slurm" and r == "pods"} >= {
         ("pods", "list"), ("pods", "watch")}
     assert "--components=scheduler" in args(objects)
