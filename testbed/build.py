@@ -25,6 +25,9 @@ KUBERNETES_VERSION = "v1.35.4"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.7.0"
 HELM_VERSION = "v3.19.5"
+#: controller-gen, which writes CRDs from Go API types (scheduler-plugins v0.33.5 uses v0.17.3).
+CONTROLLER_TOOLS_VERSION = "v0.17.3"
+SCHEDULER_PLUGINS_VERSION = "v0.33.5"
 
 #: Debian suite -> the Slurm release it ships (what ``up --slurm-suite`` accepts).
 SLURM_SUITES = {"trixie": "24.11", "sid": "26.05"}
@@ -189,6 +192,100 @@ def _go_install(bins: Path, logs: Path, name: str, module: str, version: str,
          env=env, what=f"building {name}", log=logs / f"{name}-{version}.log")
     (gobin / name).rename(out)
     return out
+
+
+def _module_replaces(module: str, version: str, env: dict[str, str], log: Path) -> list[str]:
+    """A module's own ``replace`` lines that name another module version (not a local path), so
+    a module requiring it resolves the same versions its authors build with."""
+    out = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"],
+                         env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text(out.stdout + out.stderr)
+        raise TestbedError(f"could not download {module}@{version}: {out.stderr.strip()}")
+    edit = subprocess.run(["go", "mod", "edit", "-json", json.loads(out.stdout)["GoMod"]],
+                          env=env, capture_output=True, text=True, check=True)
+    lines = []
+    for rep in json.loads(edit.stdout).get("Replace") or []:
+        old, new = rep["Old"], rep["New"]
+        if not new.get("Version"):
+            continue
+        old_at = f"{old['Path']} {old['Version']}" if old.get("Version") else old["Path"]
+        lines.append(f"replace {old_at} => {new['Path']} {new['Version']}")
+    return lines
+
+
+@dataclass(frozen=True)
+class CrdSource:
+    """CRDs written by controller-gen from a module's Go API types, as its project does."""
+
+    name: str
+    module: str
+    version: str
+    #: The package(s) holding the API types (controller-gen ``paths``).
+    packages: tuple[str, ...]
+    #: The controller-gen ``crd`` generator with the project's options.
+    generator: str
+    #: The CRD files (``<group>_<plural>.yaml``) the test bed installs; the rest stay cached.
+    files: tuple[str, ...]
+
+
+PODGROUP_CRDS = CrdSource(
+    name="scheduler-plugins", module="sigs.k8s.io/scheduler-plugins",
+    version=SCHEDULER_PLUGINS_VERSION,
+    packages=("sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1",),
+    generator="crd:crdVersions=v1", files=("scheduling.x-k8s.io_podgroups.yaml",))
+
+
+def _controller_gen(bins: Path, logs: Path) -> Path:
+    return _go_install(bins, logs, "controller-gen",
+                       "sigs.k8s.io/controller-tools/cmd/controller-gen",
+                       CONTROLLER_TOOLS_VERSION)
+
+
+def _generate_crds(src: CrdSource, bins: Path, logs: Path) -> list[Path]:
+    out = (cache_root() / "crds"
+           / f"{src.name}-{src.version}-controller-gen-{CONTROLLER_TOOLS_VERSION}")
+    wanted = [out / f for f in src.files]
+    if all(f.exists() for f in wanted):
+        return wanted
+    work = cache_root() / "build" / f"crds-{src.name}-{src.version}"
+    work.mkdir(parents=True, exist_ok=True)
+    env = _go_env(work)
+    log = logs / f"crds-{src.name}-{src.version}.log"
+    say(f"generating the CRDs of {src.module} {src.version} with controller-gen "
+        f"{CONTROLLER_TOOLS_VERSION} (first run only)")
+    replaces = _module_replaces(src.module, src.version, env, log)
+    (work / "go.mod").write_text(
+        f"module sunk.local/testbed/crds-{src.name}\n\ngo 1.25.0\n\n"
+        f"require {src.module} {src.version}\n\n" + "\n".join(replaces) + "\n")
+    (work / "tools.go").write_text(
+        "//go:build tools\n\npackage tools\n\nimport (\n"
+        + "".join(f'\t_ "{pkg}"\n' for pkg in src.packages) + ")\n")
+    _run(["go", "mod", "tidy"], cwd=work, env=env, what=f"resolving {src.name} modules", log=log)
+    tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    controller_gen = _controller_gen(bins, logs)
+    _run([str(controller_gen), src.generator, f"paths={{{','.join(src.packages)}}}",
+          f"output:crd:dir={tmp}"], cwd=work, env=env, what=f"generating {src.name} CRDs",
+         log=log)
+    missing = [f for f in src.files if not (tmp / f).exists()]
+    if missing:
+        raise TestbedError(f"controller-gen wrote no {', '.join(missing)} for {src.module}; "
+                           f"it wrote: {', '.join(sorted(p.name for p in tmp.iterdir()))}")
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return wanted
+
+
+def build_crds() -> list[Path]:
+    """Generate (or find cached) the CRDs the test bed installs: scheduler-plugins' PodGroup."""
+    bins = cache_root() / "bin"
+    logs = cache_root() / "logs"
+    bins.mkdir(parents=True, exist_ok=True)
+    return _generate_crds(PODGROUP_CRDS, bins, logs)
 
 
 def build_binaries() -> Binaries:
