@@ -19,13 +19,13 @@ from sunk.slurm.job import PodIdentity, admin_comment, job_extra, job_name
 #: Mapping names (as policies produce them) copied as plain strings into the job.
 _STRING_FIELDS = ("account", "partition", "qos", "comment", "constraints", "reservation",
                   "prefer", "current_working_directory")
-_NUMBER_FIELDS = ("priority", "time_limit")
+_NUMBER_FIELDS = ("priority", "time_limit", "segment_size")
 _LIST_FIELDS = ("excluded_nodes", "required_nodes")
 
 #: The annotations a Pod's author may set under the prefix (the reference product's table).
 POD_ANNOTATIONS = ("account", "comment", "constraints", "exclusive", "excluded-nodes",
                    "required-nodes", "partition", "prefer", "priority", "qos", "reservation",
-                   "user-id", "group-id", "current-working-dir", "timeout", "gang", "gang-size",
+                   "user-id", "group-id", "current-working-dir", "timeout", "segment", "gang", "gang-size",
                    "gang-index")
 #: What the scheduler and syncer write themselves (docs/security.md).
 OWNED_ANNOTATIONS = ("job-id", "rejected", "pod-uid", "lock", "slurm-state", "slurm-reason",

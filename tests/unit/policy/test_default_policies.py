@@ -347,3 +347,53 @@ def test_the_api_servers_qos_class_is_trusted(defaults: PolicyEngine) -> None:
     base = pod(containers=[container(cpu="8", memory="16Gi", limits=GUARANTEED)])
     decision = defaults.evaluate(with_status(base, qosClass="Burstable"))
     assert not decision.warnings
+
+
+# --- gangs and topology -------------------------------------------------------------------
+
+
+def member(**annotations: str) -> dict[str, Any]:
+    body = pod(annotations=annotations)
+    body["metadata"]["labels"] = {f"{PREFIX}gang": "train"}
+    return body
+
+
+@pytest.mark.parametrize(("size", "index"), [("1", "0"), ("4", "3"), ("512", "0"), ("4", None)])
+def test_a_gang_member_gives_a_whole_size_and_a_rank_below_it(
+        defaults: PolicyEngine, size: str, index: str | None) -> None:
+    annotations = {"gang-size": size} | ({"gang-index": index} if index is not None else {})
+    assert defaults.evaluate(member(**annotations)).allowed
+
+
+@pytest.mark.parametrize("size", ["0", "abc", "-1", "1.5", "513", "٣", ""])
+def test_a_gang_size_that_is_not_a_number_of_pods_is_refused(
+        defaults: PolicyEngine, size: str) -> None:
+    message = denied(defaults.evaluate(member(**{"gang-size": size})), "InvalidAnnotation")
+    assert message == (f"annotation {PREFIX}gang-size must be a number of Pods from 1 to 512, "
+                       f'got "{size}"')
+
+
+@pytest.mark.parametrize("index", ["4", "-1", "x", "99"])
+def test_a_rank_outside_the_gang_is_refused(defaults: PolicyEngine, index: str) -> None:
+    message = denied(defaults.evaluate(member(**{"gang-size": "4", "gang-index": index})),
+                     "InvalidAnnotation")
+    assert f"{PREFIX}gang-index must be a rank" in message and f'"{index}"' in message
+
+
+@pytest.mark.parametrize("annotation", ["gang-size", "gang-index"])
+def test_gang_annotations_without_the_gang_label_are_refused(
+        defaults: PolicyEngine, annotation: str) -> None:
+    message = denied(defaults.evaluate(pod(annotations={annotation: "1"})), "InvalidAnnotation")
+    assert f"the Pod needs the label {PREFIX}gang" in message
+
+
+def test_a_segment_maps_to_the_jobs_segment_size(defaults: PolicyEngine) -> None:
+    decision = defaults.evaluate(pod(annotations={"segment": "4"}))
+    assert decision.allowed and decision.mappings["segment_size"] == 4
+
+
+@pytest.mark.parametrize("value", ["0", "four", "-2", "513"])
+def test_a_segment_that_is_not_a_number_of_nodes_is_refused(
+        defaults: PolicyEngine, value: str) -> None:
+    message = denied(defaults.evaluate(pod(annotations={"segment": value})), "InvalidAnnotation")
+    assert f"{PREFIX}segment must be a number of nodes" in message
