@@ -215,8 +215,9 @@ def _without_live_job(f: GangFacts, job: GangJob | None, live: list[MemberFacts]
         if f.waited_for < f.incomplete_after:
             return GangPlan(waiting=f"{have}; nothing is submitted until all exist",
                             recheck_in=f.incomplete_after - f.waited_for)
-        return GangPlan(tuple(_all(live, do.PodEvent(
-            "GangIncomplete", f"gang {gang.name} has {have} after {f.waited_for:.0f}s; "
-                              "nothing is submitted until all exist", warning=True))),
+        return GangPlan(tuple(_all(live, do.PodEvent(  # told once: the same words each time
+            "GangIncomplete", f"gang {gang.name} has {have} after more than "
+                              f"{f.incomplete_after:.0f}s; nothing is submitted until all "
+                              "exist", warning=True))),
             waiting=f"{have}; nothing is submitted until all exist")
     return GangPlan(submit=True, waiting="submitting its job")

@@ -53,6 +53,14 @@ class GangReconciler:
         record = self._record(found, facts, plan)
         by_key = {kube.key(p): p for p, _ in claimed}
         await self.executor.apply_gang(found.id, by_key, plan.steps)
+        binds = [a for _, a in plan.steps if isinstance(a, do.Bind)]
+        if binds and not any(isinstance(a, do.RetryLater) for _, a in plan.steps) and (
+                first := self.executor.memory.gang_started.get(found.id)):
+            took = time.monotonic() - first[1]  # every member is bound now
+            metrics.GANG_BIND_LATENCY.observe(took)
+            record.note("bound", f"every member, {took:.3f}s after job {first[0]} started")
+            log.info("gang %s: all %d members bound %.3fs after job %d started", found.key,
+                     len(facts.job.members) if facts.job else 0, took, first[0])
         if plan.recheck_in is not None:
             self.recheck(key, plan.recheck_in)
         if plan.submit:

@@ -12,6 +12,10 @@ RECONCILE_ERRORS = Counter("sunk_reconcile_errors_total", "Reconciles that faile
 BIND_LATENCY = Histogram("sunk_pod_creation_to_bound_seconds",
                          "Time from a Pod's creation to its binding",
                          buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600))
+GANG_BIND_LATENCY = Histogram("sunk_gang_start_to_bound_seconds",
+                              "Time from a gang's job start (as sunk learns it) to its last "
+                              "member bound",
+                              buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60))
 SLURM_UP = Gauge("sunk_slurm_up", "Whether the last call to slurmrestd worked")
 KUBE_UP = Gauge("sunk_kube_up", "Whether every watch of the API server is healthy")
 ORPHANS_CANCELLED = Counter("sunk_orphaned_jobs_cancelled_total",

@@ -25,8 +25,8 @@ _LIST_FIELDS = ("excluded_nodes", "required_nodes")
 #: The annotations a Pod's author may set under the prefix (the reference product's table).
 POD_ANNOTATIONS = ("account", "comment", "constraints", "exclusive", "excluded-nodes",
                    "required-nodes", "partition", "prefer", "priority", "qos", "reservation",
-                   "user-id", "group-id", "current-working-dir", "timeout", "segment", "gang", "gang-size",
-                   "gang-index")
+                   "user-id", "group-id", "current-working-dir", "timeout", "segment", "gang",
+                   "gang-size", "gang-index")
 #: What the scheduler and syncer write themselves (docs/security.md).
 OWNED_ANNOTATIONS = ("job-id", "rejected", "pod-uid", "lock", "slurm-state", "slurm-reason",
                      "leader", "gang-rank", "gang-node")

@@ -1,0 +1,239 @@
+"""Gangs bound per second through sunk, against raw Slurm multi-node jobs in the same run.
+
+    python -m benchmarks.gangs --nodes 32 --gangs 16 [--sizes 2,4,8,16] [--markdown FILE]
+
+For each gang size N:
+
+1. Baseline: that many placeholder jobs of N nodes (one task per node) submitted straight to
+   slurmrestd (8 at a time), timed until each one's script has started (it reports through
+   its ``started`` hook, here answered by the benchmark itself).
+2. sunk: that many gangs of N Pods (sunk's gang label) created through the API server, timed
+   until every member of every gang is bound. Per gang, the time from its job's start (as the
+   scheduler learns it: the placeholder's ``started`` hook) to its last member bound, as the
+   scheduler logs it.
+
+Both phases run the project's prolog on every node of each job (node locks through the
+scheduler's hook API). Needs root and a test bed of ``--nodes`` nodes (started if none is up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks import cpu
+from benchmarks.scheduling import (
+    StartedReports,
+    _bounded,
+    _drain,
+    _kube_client,
+    machine,
+)
+from testbed import cluster, procs
+from testbed.errors import TestbedError
+from testbed.scheduler import RunningScheduler, start_scheduler
+
+NAME = "sunk-bench"
+NAMESPACE = "bench-gangs"
+TIMEOUT = 600.0
+_BOUND = re.compile(r"gang (\S+): all (\d+) members bound ([0-9.]+)s after job")
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+async def raw_phase(slurm: httpx.AsyncClient, size: int, count: int,
+                    reports: StartedReports) -> dict[str, Any]:
+    reports.started.clear()
+    submitted: dict[int, float] = {}
+    t0, cpu0 = time.monotonic(), cpu.sample()
+    run_id = int(time.time())
+
+    def submit(i: int) -> Any:
+        async def call() -> None:
+            extra = f"bench-gang-{run_id}-{size}-{i}"
+            job = {"name": f"bench-gang-{size}-{i}", "extra": extra,
+                   "current_working_directory": "/tmp",
+                   "script": "#!/bin/sh\nexec /opt/sunk/scripts/placeholder.sh\n",
+                   "nodes": str(size), "minimum_nodes": size, "maximum_nodes": size,
+                   "tasks": size, "cpus_per_task": 1,
+                   "memory_per_node": {"set": True, "number": 100},
+                   "standard_output": "/dev/null",
+                   "environment": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+                                   f"SUNK_JOB_EXTRA={extra}", "SUNK_KILL_WAIT=30",
+                                   f"SUNK_HOOKS_ENV={reports.hooks_env}"]}
+            at = time.monotonic()
+            r = await slurm.post("/slurm/v0.0.42/job/submit", json={"job": job})
+            r.raise_for_status()
+            submitted[int(r.json()["job_id"])] = at
+
+        return call
+
+    await _bounded([submit(i) for i in range(count)])
+    try:
+        await asyncio.wait_for(reports.wait_for(count), TIMEOUT)
+    except TimeoutError as exc:
+        raise TestbedError(f"only {len(reports.started)} of {count} raw jobs of {size} nodes "
+                           "started") from exc
+    wall = max(reports.started.values()) - t0
+    return {"wall": wall, "per_s": count / wall, "cpu": cpu.used(cpu0, cpu.sample()),
+            "submit_to_started_p50": _pct([reports.started[j] - submitted[j]
+                                           for j in submitted], 0.5)}
+
+
+async def sunk_phase(kube: httpx.AsyncClient, size: int, count: int,
+                     log: Path) -> dict[str, Any]:
+    offset = await asyncio.to_thread(lambda: log.stat().st_size)
+    bound: set[str] = set()
+    t0, cpu0 = time.monotonic(), cpu.sample()
+
+    def create(gang: int, rank: int) -> Any:
+        async def call() -> None:
+            name = f"g{size}-{gang:03d}-{rank:02d}"
+            pod = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "namespace": NAMESPACE,
+                                "labels": {"sunk.coreweave.com/gang": f"g{size}-{gang:03d}"},
+                                "annotations": {"sunk.coreweave.com/gang-size": str(size),
+                                                "sunk.coreweave.com/gang-index": str(rank)}},
+                   "spec": {"schedulerName": NAME, "terminationGracePeriodSeconds": 1,
+                            "containers": [{"name": "c", "image": "busybox", "resources": {
+                                "requests": {"cpu": "1", "memory": "100Mi"}}}]}}
+            r = await kube.post(f"/api/v1/namespaces/{NAMESPACE}/pods", json=pod)
+            r.raise_for_status()
+
+        return call
+
+    async def watch() -> None:
+        while len(bound) < size * count:
+            params = {"watch": "true", "timeoutSeconds": "600"}
+            async with kube.stream("GET", f"/api/v1/namespaces/{NAMESPACE}/pods",
+                                   params=params, timeout=None) as r:
+                async for line in r.aiter_lines():
+                    pod = json.loads(line)["object"]
+                    if pod["spec"].get("nodeName"):
+                        bound.add(pod["metadata"]["name"])
+                    if len(bound) >= size * count:
+                        return
+
+    watcher = asyncio.create_task(watch())
+    await _bounded([create(g, r) for g in range(count) for r in range(size)])
+    try:
+        await asyncio.wait_for(watcher, TIMEOUT)
+    except TimeoutError as exc:
+        raise TestbedError(f"only {len(bound)} of {size * count} gang members bound") from exc
+    wall = time.monotonic() - t0
+    used = cpu.used(cpu0, cpu.sample())
+    await asyncio.sleep(0.5)  # the scheduler's log line follows its last bind
+
+    def logged() -> list[float]:
+        with log.open() as f:
+            f.seek(offset)
+            return [float(m[3]) for line in f if (m := _BOUND.search(line))
+                    and m[1].startswith(f"{NAMESPACE}/label:g{size}-")]
+
+    took = await asyncio.to_thread(logged)
+    return {"wall": wall, "per_s": count / wall, "cpu": used, "start_to_bound": took}
+
+
+async def run(tb: cluster.Testbed, sizes: list[int], count: int,
+              log: Path) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
+    results = []
+    async with httpx.AsyncClient(base_url=tb.slurmrestd_url, headers=tb.slurm_headers(),
+                                 timeout=60) as slurm, _kube_client(tb) as kube:
+        await kube.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
+                                                     "metadata": {"name": NAMESPACE}})
+        for size in sizes:
+            await _drain(tb, slurm, kube)
+            print(f"baseline: {count} raw jobs of {size} nodes ...", file=sys.stderr)
+            async with StartedReports(tb) as reports:
+                raw = await raw_phase(slurm, size, count, reports)
+                await _drain(tb, slurm, kube)
+            print(f"sunk: {count} gangs of {size} Pods ...", file=sys.stderr)
+            ours = await sunk_phase(kube, size, count, log)
+            await kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods",
+                               params={"gracePeriodSeconds": "0"})
+            await _drain(tb, slurm, kube)
+            results.append((size, raw, ours))
+    return results
+
+
+def report(results: list[tuple[int, dict[str, Any], dict[str, Any]]], nodes: int,
+           count: int) -> str:
+    lines = [f"{count} gangs per size on {nodes} Slurm nodes; {machine()}.", "",
+             "| gang size | raw Slurm jobs/s | sunk gangs/s | ratio | start-to-last-bound p50 s "
+             "| p99 s | max s |",
+             "|---|---|---|---|---|---|---|"]
+    for size, raw, ours in results:
+        took = ours["start_to_bound"]
+        lines.append(f"| {size} | {raw['per_s']:.2f} | {ours['per_s']:.2f} | "
+                     f"{ours['per_s'] / raw['per_s']:.2f} | {_pct(took, 0.5):.3f} | "
+                     f"{_pct(took, 0.99):.3f} | {max(took, default=float('nan')):.3f} |")
+    lines += ["", "Start-to-last-bound: from the moment the scheduler learns that the gang's "
+              "job started (the placeholder's `started` hook) to its last member's Binding "
+              "(the scheduler's log; target p99 under 1 s at 16). Gangs per second: creation "
+              "of the first Pod to the last member bound; raw Slurm: submission to every "
+              "job's script started."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.gangs", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nodes", type=int, default=32)
+    p.add_argument("--gangs", type=int, default=16, help="gangs per size")
+    p.add_argument("--sizes", default="2,4,8,16")
+    p.add_argument("--markdown", type=Path, help="append the results to this file")
+    args = p.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if max(sizes) > args.nodes:
+        p.error(f"a gang of {max(sizes)} needs at least that many nodes")
+    with cluster.exclusive():
+        return _main(args, sizes)
+
+
+def _main(args: argparse.Namespace, sizes: list[int]) -> int:
+    started_here = False
+    running: RunningScheduler | None = None
+    try:
+        tb = cluster.Testbed.load()
+        if tb is None:
+            tb = cluster.up(node_count=args.nodes)
+            started_here = True
+        elif tb.node_count != args.nodes:
+            raise TestbedError(f"the running test bed has {tb.node_count} nodes, not "
+                               f"{args.nodes}: `python -m testbed down` first")
+        if not procs.port_free(tb.ports["hooks"]):
+            raise TestbedError("another scheduler serves the test bed's hook port "
+                               "(a demo or a test run): stop it first")
+        running = start_scheduler(tb, name=NAME, hooks_port=tb.ports["hooks"])
+        results = asyncio.run(run(tb, sizes, args.gangs, running.log))
+    except TestbedError as exc:
+        print(f"benchmark: error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if running is not None:
+            running.stop()
+        if started_here:
+            cluster.down()
+    text = report(results, args.nodes, args.gangs)
+    print(text)
+    if args.markdown:
+        with args.markdown.open("a") as f:
+            f.write(f"\n### Gangs ({time.strftime('%Y-%m-%d')})\n\n"
+                    f"Command: `python -m benchmarks.gangs --nodes {args.nodes} --gangs "
+                    f"{args.gangs} --sizes {args.sizes}`\n\n{text}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
