@@ -1,9 +1,9 @@
 """The dashboard: HTML pages refreshed in place by htmx, and the same views as a JSON API.
 
 Read-only (GET only), served on the scheduler's own event loop, and built on the scheduler's
-in-memory state (see :mod:`web.pods`, :mod:`web.nodes`, :mod:`web.policies`): only a Pod's
-own page asks for anything, its Events (through :meth:`SchedulerView.pod_events`, so this
-package imports no client), and at most once per :data:`EVENTS_TTL` per Pod.
+in-memory state (see :mod:`web.pods`, :mod:`web.gangs`, :mod:`web.nodes`, :mod:`web.policies`):
+only a Pod's own page asks for anything, its Events (through :meth:`SchedulerView.pod_events`,
+so this package imports no client), and at most once per :data:`EVENTS_TTL` per Pod.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, TypedDict
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from litestar import Litestar, get
@@ -44,7 +44,7 @@ from litestar.types import (
     Send,
 )
 
-from web import nodes, pods, policies
+from web import gangs, nodes, pods, policies
 from web.formatting import clock, duration, mebibytes, pretty_json
 from web.protocol import SchedulerView
 from web.summary import summary
@@ -53,6 +53,8 @@ from web.viewmodels import (
     NODE_FILTERS,
     POD_STATES,
     EventView,
+    GangDetail,
+    GangList,
     NodeList,
     PodDetail,
     PodList,
@@ -289,6 +291,23 @@ def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
             "detail": found, "namespace": namespace, "name": name,
             "self_url": f"/pods/{namespace}/{name}"}, status_code=status)
 
+    @get("/gangs", include_in_schema=False, sync_to_thread=False)
+    def gangs_page(request: HTMXRequest) -> Template:
+        return page("gangs", request, {"listing": gangs.gangs(scheduler),
+                                       "self_url": "/gangs"})
+
+    @get("/gangs/{namespace:str}/{name:str}", include_in_schema=False, sync_to_thread=False)
+    def gang_page(request: HTMXRequest, namespace: FromPath[str], name: FromPath[str]
+                  ) -> Template:
+        found = gangs.gang_detail(scheduler, namespace, name)
+        status = 200
+        if found is None:  # as for a Pod: 286 stops htmx polling, a direct visit gets a 404
+            status = 286 if request.htmx else 404
+        return page("gang", request, {
+            "detail": found, "namespace": namespace, "name": name,
+            "self_url": f"/gangs/{quote(namespace, safe='')}/{quote(name, safe='')}"},
+            status_code=status)
+
     @get("/nodes", include_in_schema=False, sync_to_thread=False)
     def nodes_page(request: HTMXRequest, state_filter: NodeStateFilter = "") -> Template:
         return page("nodes", request, {
@@ -322,6 +341,20 @@ def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
             raise NotFoundException(f"no Pod {namespace}/{name} in the scheduler's state")
         return found
 
+    @get("/api/v1/gangs", sync_to_thread=False, tags=["dashboard"])
+    def api_gangs() -> GangList:
+        """Gangs (groups of Pods that become one multi-node Slurm job) and their members in
+        rank order: those that wait or can never run first, then by namespace and name."""
+        return gangs.gangs(scheduler)
+
+    @get("/api/v1/gangs/{namespace:str}/{name:str}", sync_to_thread=False, tags=["dashboard"])
+    def api_gang(namespace: FromPath[str], name: FromPath[str]) -> GangDetail:
+        """One gang: its row, Slurm's record of its job and its history."""
+        found = gangs.gang_detail(scheduler, namespace, name)
+        if found is None:
+            raise NotFoundException(f"no gang {namespace}/{name} in the scheduler's state")
+        return found
+
     @get("/api/v1/nodes", sync_to_thread=False, tags=["dashboard"])
     def api_nodes(state_filter: NodeStateFilter = "") -> NodeList:
         """Slurm nodes with their Kubernetes Node, lock, drain, jobs, Pods and free resources."""
@@ -333,8 +366,9 @@ def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
         return policies.policies(scheduler)
 
     return Litestar(
-        route_handlers=[index, pods_page, pod_page, nodes_page, policies_page, api_summary,
-                        api_pods, api_pod, api_nodes, api_policies,
+        route_handlers=[index, pods_page, pod_page, gangs_page, gang_page, nodes_page,
+                        policies_page, api_summary, api_pods, api_pod, api_gangs, api_gang,
+                        api_nodes, api_policies,
                         create_static_files_router("/static", directories=[STATIC])],
         template_config=TemplateConfig(
             instance=JinjaTemplateEngine.from_environment(_environment())),

@@ -1,4 +1,5 @@
-"""Pods in the scheduler's state -> the Pods page, a Pod's own page and their JSON.
+"""Pods in the scheduler's state -> the Pods page, a Pod's own page and their JSON (a gang
+member's row names its gang: :mod:`web.gangs`).
 
 Pure functions over what the scheduler holds in memory (its Pod records, informer caches and
 Slurm jobs): a page view costs no call to the API server or to slurmrestd. A Pod's Events are
@@ -74,11 +75,31 @@ def pod_object(scheduler: SchedulerView, namespace: str, name: str) -> Mapping[s
     return None
 
 
-def _pod_row(scheduler: SchedulerView, rec: PodRecord, now: float) -> PodRow:
+#: (gang key, Pod key) -> the Pod's rank in that gang.
+GangRanks = Mapping[tuple[str, str], int]
+
+
+def gang_ranks(scheduler: SchedulerView) -> GangRanks:
+    return {(key, m.key): m.rank for key, rec in scheduler.state.gangs.items()
+            for m in rec.members}
+
+
+def gang_of(scheduler: SchedulerView, pod: str, ranks: GangRanks) -> tuple[str, int | None]:
+    """The key of the gang Pod ``pod`` is a member of and its rank there; ("", None) for a
+    Pod scheduled alone, or whose gang the scheduler no longer holds."""
+    gang = scheduler.state.gang_of.get(pod, "")
+    if gang not in scheduler.state.gangs:
+        return "", None
+    return gang, ranks.get((gang, pod))
+
+
+def _pod_row(scheduler: SchedulerView, rec: PodRecord, now: float, ranks: GangRanks
+             ) -> PodRow:
     to_bound = rec.time_to_bound
     if to_bound is None and rec.k8s_node:
         to_bound = scheduled_after(pod_object(scheduler, rec.namespace, rec.name), rec.created)
     last = rec.history[-1] if rec.history else None
+    gang, rank = gang_of(scheduler, rec.key, ranks)
     return PodRow(
         namespace=rec.namespace, name=rec.name, state=pod_state(rec), phase=rec.phase,
         job_id=rec.job_id, job_state=rec.job_state, pending_reason=rec.pending_reason,
@@ -87,7 +108,7 @@ def _pod_row(scheduler: SchedulerView, rec: PodRecord, now: float) -> PodRow:
         last_event=rec.last_event,
         last_transition=f"{last.what}: {last.detail}" if last and last.detail else
         (last.what if last else ""),
-        rejected=rec.rejected)
+        rejected=rec.rejected, gang=gang, gang_rank=rank)
 
 
 def pods(scheduler: SchedulerView, now: float, *, namespace: str = "", state: str = "",
@@ -99,6 +120,7 @@ def pods(scheduler: SchedulerView, now: float, *, namespace: str = "", state: st
     query = query.strip().lower()
     rows: list[PodRow] = []
     matching = 0
+    ranks = gang_ranks(scheduler)
     for key in sorted(records):
         rec = records[key]
         if namespace and rec.namespace != namespace:
@@ -109,7 +131,7 @@ def pods(scheduler: SchedulerView, now: float, *, namespace: str = "", state: st
             continue
         matching += 1
         if len(rows) < limit:
-            rows.append(_pod_row(scheduler, rec, now))
+            rows.append(_pod_row(scheduler, rec, now, ranks))
     return PodList(total=len(records), matching=matching, namespaces=namespaces, pods=rows)
 
 
@@ -153,7 +175,7 @@ def pod_detail(scheduler: SchedulerView, namespace: str, name: str, now: float, 
     meta = (pod_object(scheduler, namespace, name) or {}).get("metadata") or {}
     job = scheduler.jobs.get(rec.job_id) if rec.job_id is not None else None
     return PodDetail(
-        pod=_pod_row(scheduler, rec, now), uid=rec.uid,
+        pod=_pod_row(scheduler, rec, now, gang_ranks(scheduler)), uid=rec.uid,
         labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
         annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()},
         job_description=rec.job_description, slurm_job=slurm_job(job),

@@ -50,7 +50,10 @@ class SchedulerView(Protocol):
     """What the dashboard reads of the scheduler; ``sunk.wiring.DashboardSource`` satisfies it."""
 
     @property
-    def state(self) -> SchedulerState: ...
+    def state(self) -> SchedulerState:
+        """What the scheduler's loops write as things happen: Pod records, gang records
+        (``gangs``, and ``gang_of`` from a Pod to its gang), Slurm nodes, health."""
+        ...
 
     @property
     def settings(self) -> Settings: ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from web.gangs import gang_state, waits
 from web.nodes import locks
 from web.pods import pod_state
 from web.protocol import SchedulerView
@@ -42,11 +43,13 @@ def summary(scheduler: SchedulerView, now: float) -> Summary:
         nodes["drain"] += "DRAIN" in flags
         nodes["down"] += "DOWN" in flags
         nodes["locked"] += by_node.get(name, ("", ""))[1] in ("locked", "locked_strict")
+    gangs = scheduler.state.gangs
+    waiting = sum(waits(gang_state(rec)) for rec in gangs.values())
     status = scheduler.policies.status()
     return Summary(
         scheduler_name=scheduler.settings.scheduler_name, now=utc(now),
         started_at=utc(scheduler.state.started),
         kubernetes=kubernetes_health(scheduler), slurm=slurm_health(scheduler),
-        pods=pods, nodes=nodes,
+        pods=pods, nodes=nodes, gangs={"total": len(gangs), "waiting": waiting},
         active_jobs=sum(not job.finished for job in scheduler.jobs.values()),
         policy_generation=status.generation, policy_reload_failed=status.error is not None)

@@ -1,6 +1,6 @@
 """The view models: what the pages render and the JSON API serialises, so the two never
 disagree. Plain frozen dataclasses; the functions that build them are in :mod:`web.pods`,
-:mod:`web.nodes`, :mod:`web.policies` and :mod:`web.summary`."""
+:mod:`web.nodes`, :mod:`web.gangs`, :mod:`web.policies` and :mod:`web.summary`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ POD_STATES: Final[tuple[PodState, ...]] = (
 #: enough for a browser to swap every 2 s.
 DEFAULT_LIMIT: Final = 1000
 #: ``busy``: anything but a plain idle node (on a big cluster, the rows worth reading).
+#: A gang as a whole: ``rejected`` (it can never run: ``problem``), ``waiting`` (for what:
+#: ``waiting``), ``bound`` (every member bound) or ``running`` (every member running).
+GangState = Literal["rejected", "waiting", "bound", "running"]
 NODE_FILTERS: Final = ("busy", "idle", "mixed", "allocated", "drain", "down", "locked",
                        "unlocked")
 
@@ -47,6 +50,8 @@ class Summary:
     active_jobs: int
     policy_generation: int
     policy_reload_failed: bool
+    #: ``total`` gangs, and how many of them wait (or can never run).
+    gangs: dict[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +72,10 @@ class PodRow:
     #: The newest transition the scheduler noted (for a Pod with no Event of ours yet).
     last_transition: str
     rejected: str
+    #: The key (``namespace/source:name``) of the gang the Pod is a member of, and its rank
+    #: there; "" and None for a Pod scheduled alone.
+    gang: str = ""
+    gang_rank: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +118,60 @@ class PodDetail:
     history: list[TransitionView]
     events: list[EventView] = field(default_factory=list)
     events_error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GangMemberView:
+    """One Pod of a gang: its rank, the Slurm node that rank was given and the Kubernetes Node
+    it is bound to ("" while not)."""
+
+    namespace: str
+    name: str
+    rank: int
+    slurm_node: str
+    k8s_node: str
+    phase: str
+
+
+@dataclass(frozen=True, slots=True)
+class GangRow:
+    """A gang (a group of Pods that becomes one multi-node Slurm job) and its members, in
+    rank order. ``name`` says where the gang comes from (``job:``, ``label:``, ``podgroup:``,
+    ``lws:``); ``size`` is None while it is not known."""
+
+    namespace: str
+    name: str
+    state: GangState
+    size: int | None
+    members: list[GangMemberView]
+    #: Members bound to a Kubernetes Node.
+    bound: int
+    job_id: int | None
+    job_state: str
+    #: What the gang waits for ("" once every member is bound).
+    waiting: str
+    #: Why it can never be scheduled as it is ("" if it can).
+    problem: str
+    #: The newest transition the scheduler noted.
+    last_transition: str
+
+
+@dataclass(frozen=True, slots=True)
+class GangList:
+    """Every gang, those that wait (or can never run) first, then by namespace and name."""
+
+    total: int
+    waiting: int
+    gangs: list[GangRow]
+
+
+@dataclass(frozen=True, slots=True)
+class GangDetail:
+    gang: GangRow
+    #: Slurm's record of the gang's job, as on a Pod's page.
+    slurm_job: dict[str, Any] | None
+    #: Newest first.
+    history: list[TransitionView]
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,9 @@ from web import create_app
 from .sample import StaticScheduler
 
 SCRIPT = "<script>alert('x')</script>"
+#: A gang's name as hostile as one can be: a gang's name never holds a "/" (it comes from a
+#: label value or an object's name), so the pages' two-segment links always reach it.
+GANG_SCRIPT = "label:<script>alert('x')"
 
 
 def cluster(now: float) -> StaticScheduler:
@@ -48,6 +51,25 @@ def cluster(now: float) -> StaticScheduler:
     return s
 
 
+def add_gangs(s: StaticScheduler, now: float) -> StaticScheduler:
+    """Three gangs on top of :func:`cluster` (its Pods stay as they are): one running, with its
+    members given out of rank order; one whose job waits for nodes; one with a hostile name
+    that can never run. And a Pod whose gang is gone (``gang_of`` still names it)."""
+    s.add_gang("team-a", "job:train", 3, created=now - 300, job_id=20, job_state="RUNNING",
+               members=[("train-2", 2, "a100-003", "kwok-node-003"),
+                        ("train-0", 0, "h100-000", "kwok-node-000"),
+                        ("train-1", 1, "a100-001", "kwok-node-001")])
+    s.add_gang("team-a", "podgroup:pg1", 2, created=now - 20, job_id=21, job_state="PENDING",
+               waiting="job 21 pending (Resources): waiting for 2 nodes",
+               members=[("pg1-1", 1, "", ""), ("pg1-0", 0, "", "")])
+    s.add_gang("team-b", GANG_SCRIPT, None, created=now - 10,
+               problem=f"members disagree on the gang's size: {SCRIPT}",
+               waiting=f"members disagree on the gang's size: {SCRIPT}",
+               members=[("hostile-0", 0, "", "")])
+    s.state.gang_of["team-a/waiting-1"] = "team-a/job:gone"
+    return s
+
+
 @pytest.fixture
 def now() -> float:
     """When the test runs: ages on the pages are counted from the clock, so the sample cluster
@@ -58,6 +80,12 @@ def now() -> float:
 @pytest.fixture
 def scheduler(now: float) -> StaticScheduler:
     return cluster(now)
+
+
+@pytest.fixture
+def gangs(scheduler: StaticScheduler, now: float) -> StaticScheduler:
+    """The sample cluster with gangs (:func:`add_gangs`): the ``client`` fixture serves it."""
+    return add_gangs(scheduler, now)
 
 
 MakeClient = Callable[..., AsyncTestClient[Litestar]]

@@ -13,7 +13,7 @@ import functools
 import random
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +24,7 @@ from sunk.policy.model import Origin, PolicyIssue, PolicyLoadError
 from sunk.servers import serve
 from sunk.settings import Settings
 from sunk.slurm.job import Job
-from sunk.state import PodRecord, SchedulerState, Transition
+from sunk.state import GangMember, GangRecord, PodRecord, SchedulerState, Transition
 from web import create_app
 
 
@@ -189,11 +189,44 @@ class StaticScheduler:
             "spec": {"schedulerName": self.settings.scheduler_name, "nodeName": k8s_node}}
         return rec
 
+    def add_gang(self, namespace: str, name: str, size: int | None, *, created: float,
+                 members: Sequence[tuple[str, int, str, str]] = (), job_id: int | None = None,
+                 job_state: str = "", waiting: str = "", problem: str = "") -> GangRecord:
+        """A gang (``name`` as ``source:name``) with its members as ``(Pod name, rank, Slurm
+        node, Kubernetes Node)``, in the order given (not necessarily by rank): each gets a Pod
+        record too, and ``state.gang_of`` names the gang. With ``job_id``, the gang's one job,
+        on its members' Slurm nodes."""
+        gang = GangRecord(namespace, name, size, job_id=job_id, job_state=job_state,
+                          waiting=waiting, problem=problem)
+        gang.history.append(Transition(created, "seen"))
+        for pod, rank, slurm_node, k8s_node in members:
+            running = bool(k8s_node) and job_state == "RUNNING"
+            rec = self.add_pod(namespace, pod, created=created,
+                               phase="Running" if running else "Pending",
+                               slurm_node=slurm_node, k8s_node=k8s_node,
+                               bound_after=2.0 if k8s_node else None,
+                               rejected=problem, last_event=problem)
+            rec.job_id, rec.job_state = job_id, job_state
+            gang.members.append(GangMember(rec.key, rank, slurm_node, k8s_node, rec.phase))
+            self.state.gang_of[rec.key] = gang.key
+        if job_id is not None:
+            gang.history.append(Transition(created + 0.1, "JobSubmitted",
+                                           f"Slurm job {job_id} for {len(members)} nodes"))
+            nodes = ",".join(sorted({m.slurm_node for m in gang.members if m.slurm_node}))
+            self.jobs[job_id] = Job(job_id=job_id, name=f"gang:{gang.key}",
+                                    state=job_state or "PENDING", extra="", nodes=nodes,
+                                    reason="" if nodes else "Resources")
+        if waiting:
+            gang.history.append(Transition(created + 0.2, "waiting", waiting))
+        self.state.gangs[gang.key] = gang
+        return gang
 
-def sample(pods: int = 1000, nodes: int = 100, *, seed: int = 1,
+
+def sample(pods: int = 1000, nodes: int = 100, *, gangs: int = 0, seed: int = 1,
            now: float | None = None) -> StaticScheduler:
     """A healthy, busy cluster: ``nodes`` GPU nodes (a few drained, locked or down) and ``pods``
-    Pods in every state, spread over a handful of namespaces."""
+    Pods in every state, spread over a handful of namespaces; and ``gangs`` gangs of 2 to 8
+    Pods more (running, waiting for Slurm, waiting for members, or rejected)."""
     rng = random.Random(seed)
     now = time.time() if now is None else now
     s = StaticScheduler()
@@ -252,6 +285,36 @@ def sample(pods: int = 1000, nodes: int = 100, *, seed: int = 1,
                       job_state="COMPLETED", slurm_node=slurm_name, k8s_node=k8s_name,
                       bound_after=rng.uniform(0.3, 5),
                       last_event="SlurmJobEnded: job completed; deleting the Pod")
+    sources = ("job", "label", "podgroup", "lws")
+    for i in range(gangs):
+        ns = namespaces[i % len(namespaces)]
+        source = sources[i % len(sources)]
+        name = f"{source}:train-{i}" if source != "lws" else f"lws:serve-{i}-0"
+        size = rng.choice((2, 4, 8))
+        ranks = list(range(size))
+        job_id += 1
+        kind = i % 4
+        if kind == 0 and len(busy) >= size:  # running
+            placed = rng.sample(busy, size)
+            s.add_gang(ns, name, size, created=now - rng.uniform(60, 7200), job_id=job_id,
+                       job_state="RUNNING", members=[
+                           (f"{name.split(':')[1]}-{r}", r, *placed[r]) for r in ranks])
+        elif kind == 1:  # its job waits for nodes
+            s.add_gang(ns, name, size, created=now - rng.uniform(5, 600), job_id=job_id,
+                       job_state="PENDING",
+                       waiting=f"job {job_id} pending (Resources): waiting for {size} nodes",
+                       members=[(f"{name.split(':')[1]}-{r}", r, "", "") for r in ranks])
+        elif kind == 2:  # not every member exists yet
+            have = ranks[: size // 2]
+            s.add_gang(ns, name, size, created=now - rng.uniform(5, 600),
+                       waiting=f"{len(have)} of {size} members; nothing is submitted until "
+                               "all exist",
+                       members=[(f"{name.split(':')[1]}-{r}", r, "", "") for r in have])
+        else:  # can never run
+            s.add_gang(ns, name, None, created=now - rng.uniform(5, 600),
+                       problem="members disagree on the gang's size: 2, 3",
+                       waiting="members disagree on the gang's size: 2, 3",
+                       members=[(f"{name.split(':')[1]}-{r}", r, "", "") for r in ranks[:2]])
     return s
 
 
@@ -270,9 +333,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bind", default="127.0.0.1:8099")
     parser.add_argument("--pods", type=int, default=60)
     parser.add_argument("--nodes", type=int, default=12)
+    parser.add_argument("--gangs", type=int, default=6)
     parser.add_argument("--broken-policies", action="store_true")
     args = parser.parse_args(argv)
-    scheduler = sample(args.pods, args.nodes)
+    scheduler = sample(args.pods, args.nodes, gangs=args.gangs)
     if args.broken_policies:
         scheduler.policies = broken_policies()
     print(f"sample dashboard on http://{args.bind}/", flush=True)

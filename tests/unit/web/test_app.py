@@ -14,7 +14,7 @@ from web import app
 from web.app import auth_from_env
 from web.formatting import duration, mebibytes
 
-from .conftest import SCRIPT, MakeClient
+from .conftest import GANG_SCRIPT, SCRIPT, MakeClient
 from .sample import StaticScheduler, broken_policies
 
 Client = AsyncTestClient[Litestar]
@@ -24,7 +24,8 @@ ESCAPED = "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"
 # -- pages ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/pods", "/nodes", "/policies", "/pods/team-a/waiting-1"])
+@pytest.mark.parametrize("path", ["/pods", "/nodes", "/policies", "/pods/team-a/waiting-1",
+                                  "/gangs"])
 async def test_pages_render_whole_with_header(client: Client, path: str) -> None:
     r = await client.get(path)
     assert r.status_code == 200
@@ -71,7 +72,7 @@ async def test_pods_page_shows_every_column(client: Client) -> None:
              for c in re.findall(r"<td[^>]*>(.*?)</td>", row.group(0), re.S)]
     assert cells == ["team-a", "running-1", "running", "Running", "12", "RUNNING", "",
                      "h100-000", "kwok-node-000", cells[9], "1.2s",
-                     "Scheduled: Successfully assigned"]
+                     "Scheduled: Successfully assigned", ""]
     # 600 s old when the cluster was built (at collection: the suite may take a while since)
     assert re.fullmatch(r"1\dm\d\ds", cells[9])
     assert "team-b" not in r.text.split("<tbody>")[1]
@@ -184,6 +185,154 @@ async def test_events_are_asked_for_once_per_pod_and_ttl_newest_first(
     assert calls == ["team-a/running-1", "team-a/waiting-1"]
 
 
+# -- gangs --------------------------------------------------------------------------------------
+
+
+def cell_texts(row: str) -> list[str]:
+    return [re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", c)).strip()
+            for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+
+
+async def test_gangs_page_lists_gangs_waiting_first_with_members_in_rank_order(
+        client: Client, gangs: StaticScheduler) -> None:
+    r = await client.get("/gangs")
+    assert r.status_code == 200 and r.text.startswith("<!doctype html>")
+    assert re.findall(r'<tr data-gang="([^"]+)" data-state="([^"]+)"', r.text) == [
+        ("team-a/podgroup:pg1", "waiting"),
+        ("team-b/label:&lt;script&gt;alert(&#39;x&#39;)", "rejected"),
+        ("team-a/job:train", "running")]
+    row = re.search(r'<tr data-gang="team-a/job:train".*?</tr>', r.text, re.S)
+    assert row is not None
+    cells = cell_texts(row.group(0))
+    assert cells[:4] == ["team-a", "job:train", "running", "3/3"]
+    assert cells[5:] == ["20", "RUNNING", ""]
+    members = [re.sub(r"<[^>]+>", "", m) for m in re.findall(r'<div data-rank="\d+">(.*?)</div>',
+                                                            row.group(0))]
+    assert members == ["0 train-0 Running h100-000 → kwok-node-000",
+                       "1 train-1 Running a100-001 → kwok-node-001",
+                       "2 train-2 Running a100-003 → kwok-node-003"]
+    assert 'href="/gangs/team-a/job%3Atrain"' in row.group(0)
+    assert 'href="/pods/team-a/train-0"' in row.group(0)
+    waiting = re.search(r'<tr data-gang="team-a/podgroup:pg1".*?</tr>', r.text, re.S)
+    assert waiting is not None
+    assert re.findall(r'<div data-rank="(\d+)"><b class="rank">\d+</b> <a href="([^"]+)"',
+                      waiting.group(0)) == [("0", "/pods/team-a/pg1-0"),
+                                            ("1", "/pods/team-a/pg1-1")]
+    cells = cell_texts(waiting.group(0))
+    assert [cells[3], *cells[5:]] == ["0/2", "21", "PENDING",
+                                      "job 21 pending (Resources): waiting for 2 nodes"]
+    assert "3 gangs, 2 waiting" in r.text
+
+
+async def test_gangs_page_when_there_is_none(client: Client) -> None:
+    r = await client.get("/gangs")
+    assert "No gangs: every Pod is scheduled alone." in r.text
+    assert "data-gang=" not in r.text
+    assert (await client.get("/api/v1/gangs")).json() == {"total": 0, "waiting": 0,
+                                                          "gangs": []}
+
+
+async def test_gangs_refresh_gets_only_the_table_and_the_header(
+        client: Client, gangs: StaticScheduler) -> None:
+    r = await client.get("/gangs", headers={"HX-Request": "true"})
+    assert r.text.lstrip().startswith('<section id="content" hx-get="/gangs"')
+    assert '<header id="header" hx-swap-oob="true">' in r.text and "<html" not in r.text
+    assert 'data-gang="team-a/job:train"' in r.text
+
+
+async def test_the_header_links_the_gangs_with_their_counts(
+        client: Client, gangs: StaticScheduler) -> None:
+    r = await client.get("/pods")
+    assert re.search(r'<a href="/gangs">Gangs <b>3</b></a>', r.text)
+    assert re.search(r'href="/gangs">waiting <b>2</b></a>', r.text)
+    r = await client.get("/gangs/team-a/job:train")
+    assert '<a href="/gangs" aria-current="page">Gangs' in r.text
+
+
+async def test_a_members_pod_row_links_to_its_gang(client: Client,
+                                                   gangs: StaticScheduler) -> None:
+    r = await client.get("/pods?namespace=team-a")
+    row = re.search(r'<tr data-pod="team-a/train-1".*?</tr>', r.text, re.S)
+    assert row is not None
+    assert cell_texts(row.group(0))[-1] == "job:train #1"
+    link = re.search(r'<td class="gang"><a href="([^"]+)"', row.group(0))
+    assert link is not None and link.group(1) == "/gangs/team-a/job%3Atrain"
+    assert (await client.get(link.group(1))).status_code == 200
+    # a Pod scheduled alone, and one whose gang the scheduler no longer holds: no link
+    for alone in ("team-a/running-1", "team-a/waiting-1"):
+        other = re.search(rf'<tr data-pod="{alone}".*?</tr>', r.text, re.S)
+        assert other is not None and '<td class="gang"></td>' in other.group(0)
+    # and the Pod's own page names its gang and rank
+    r = await client.get("/pods/team-a/pg1-0")
+    assert '<dt>Gang</dt><dd><a href="/gangs/team-a/podgroup%3Apg1">podgroup:pg1</a>, rank 0' \
+        in r.text
+
+
+async def test_gang_page_shows_members_history_and_job(client: Client,
+                                                       gangs: StaticScheduler) -> None:
+    r = await client.get("/gangs/team-a/job:train")
+    assert r.status_code == 200
+    assert re.findall(r'<tr data-pod="([^"]+)" data-rank="(\d+)"', r.text) == [
+        ("team-a/train-0", "0"), ("team-a/train-1", "1"), ("team-a/train-2", "2")]
+    member = re.search(r'<tr data-pod="team-a/train-2".*?</tr>', r.text, re.S)
+    assert member is not None
+    assert cell_texts(member.group(0)) == ["2", "train-2", "Running", "a100-003",
+                                           "kwok-node-003"]
+    assert "Slurm job 20 for 3 nodes" in r.text  # history
+    assert "<dt>nodes</dt><dd>a100-001,a100-003,h100-000</dd>" in r.text  # Slurm's record
+    assert 'href="/api/v1/gangs/team-a/job%3Atrain"' in r.text
+    r = await client.get("/gangs/team-a/podgroup:pg1")
+    assert "job 21 pending (Resources): waiting for 2 nodes" in r.text
+
+
+async def test_gang_page_of_an_unknown_gang(client: Client) -> None:
+    r = await client.get("/gangs/team-a/job:gone")
+    assert r.status_code == 404 and "knows no gang" in r.text
+    r = await client.get("/gangs/team-a/job:gone", headers={"HX-Request": "true"})
+    assert r.status_code == 286 and "knows no gang" in r.text
+    assert (await client.get("/api/v1/gangs/team-a/job:gone")).status_code == 404
+
+
+async def test_gang_names_are_shown_as_text(client: Client, gangs: StaticScheduler) -> None:
+    r = await client.get("/gangs")
+    link = re.search(r'<a href="(/gangs/team-b/[^"]+)">', r.text)
+    assert link is not None
+    pages = [r, await client.get("/gangs", headers={"HX-Request": "true"}),
+             await client.get(link.group(1)), await client.get("/pods?namespace=team-b")]
+    assert pages[2].status_code == 200
+    for page in pages:
+        assert "<script>" not in page.text
+        assert "label:&lt;script&gt;alert(&#39;x&#39;)" in page.text
+    refresh = await client.get(link.group(1), headers={"HX-Request": "true"})
+    for page in (pages[2], refresh):
+        assert "<script>" not in page.text
+        assert "members disagree on the gang&#39;s size: " + ESCAPED in page.text
+    body = (await client.get(link.group(1).replace("/gangs/", "/api/v1/gangs/"))).json()
+    assert body["gang"]["name"] == GANG_SCRIPT
+
+
+async def test_api_gangs(client: Client, gangs: StaticScheduler) -> None:
+    body = (await client.get("/api/v1/gangs")).json()
+    assert (body["total"], body["waiting"]) == (3, 2)
+    assert [(g["namespace"], g["name"]) for g in body["gangs"]] == [
+        ("team-a", "podgroup:pg1"), ("team-b", GANG_SCRIPT), ("team-a", "job:train")]
+    train = body["gangs"][2]
+    assert set(train) == {"namespace", "name", "state", "size", "members", "bound", "job_id",
+                          "job_state", "waiting", "problem", "last_transition"}
+    assert train["members"][0] == {"namespace": "team-a", "name": "train-0", "rank": 0,
+                                   "slurm_node": "h100-000", "k8s_node": "kwok-node-000",
+                                   "phase": "Running"}
+    assert [m["rank"] for m in train["members"]] == [0, 1, 2]
+    assert body["gangs"][1]["size"] is None and body["gangs"][1]["problem"].endswith(SCRIPT)
+    one = (await client.get("/api/v1/gangs/team-a/job:train")).json()
+    assert set(one) == {"gang", "slurm_job", "history"}
+    assert one["slurm_job"]["job_state"] == "RUNNING"
+    assert [t["what"] for t in one["history"]] == ["JobSubmitted", "seen"]
+    pod = next(p for p in (await client.get("/api/v1/pods?q=train-2")).json()["pods"])
+    assert (pod["gang"], pod["gang_rank"]) == ("team-a/job:train", 2)
+    assert (await client.get("/api/v1/summary")).json()["gangs"] == {"total": 3, "waiting": 2}
+
+
 # -- escaping -----------------------------------------------------------------------------------
 
 
@@ -232,7 +381,7 @@ async def test_api_pods_shape_and_filters(client: Client) -> None:
     assert set(pod) == {"namespace", "name", "state", "phase", "job_id", "job_state",
                         "pending_reason", "slurm_node", "k8s_node", "created_at",
                         "age_seconds", "time_to_bound_seconds", "last_event",
-                        "last_transition", "rejected"}
+                        "last_transition", "rejected", "gang", "gang_rank"}
     assert (pod["name"], pod["job_id"], pod["time_to_bound_seconds"]) == ("running-1", 12, 1.25)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)", pod["created_at"])
     body = (await client.get("/api/v1/pods?state=waiting")).json()
@@ -276,7 +425,7 @@ async def test_openapi_has_the_api_and_not_the_pages(client: Client) -> None:
     schema = (await client.get("/schema/openapi.json")).json()
     assert set(schema["paths"]) == {
         "/api/v1/summary", "/api/v1/pods", "/api/v1/pods/{namespace}/{name}", "/api/v1/nodes",
-        "/api/v1/policies"}
+        "/api/v1/policies", "/api/v1/gangs", "/api/v1/gangs/{namespace}/{name}"}
     params = {p["name"] for p in schema["paths"]["/api/v1/pods"]["get"]["parameters"]}
     assert params == {"namespace", "state", "q", "limit"}
     assert "PodRow" in schema["components"]["schemas"]
@@ -290,8 +439,8 @@ async def test_read_only(client: Client) -> None:
 
 # -- authentication -----------------------------------------------------------------------------
 
-PATHS = ["/pods", "/pods/team-a/waiting-1", "/nodes", "/policies", "/api/v1/pods",
-         "/api/v1/summary", "/schema/openapi.json", "/static/htmx.min.js"]
+PATHS = ["/pods", "/pods/team-a/waiting-1", "/nodes", "/policies", "/gangs", "/api/v1/pods",
+         "/api/v1/gangs", "/api/v1/summary", "/schema/openapi.json", "/static/htmx.min.js"]
 
 
 def basic(user: str, password: str) -> dict[str, str]:

@@ -8,11 +8,11 @@ import pytest
 
 from sunk.slurm.job import Job
 from sunk.slurm.text import gpu_count
-from web import nodes, pods, policies
+from web import gangs, nodes, pods, policies
 from web.summary import kubernetes_health, summary
 from web.viewmodels import POD_STATES, IssueView, PolicyInfo, RuleView
 
-from .conftest import SCRIPT
+from .conftest import GANG_SCRIPT, SCRIPT, add_gangs
 from .sample import StaticScheduler, broken_policies, sample
 
 
@@ -243,3 +243,78 @@ def test_the_policies_view_lists_recent_evaluation_errors_newest_first() -> None
     assert [(e.pod, e.policy, e.field, e.enforced) for e in view.evaluation_errors] == [
         ("ns/b", "gpus", "validations[0]", True), ("ns/a", "qos", "mappings.qos", False)]
     assert view.evaluation_errors[0].at == datetime.datetime.fromtimestamp(2000, datetime.UTC)
+
+
+def test_gangs_wait_first_then_by_namespace_and_name_members_by_rank(
+        now: float, scheduler: StaticScheduler) -> None:
+    listing = gangs.gangs(add_gangs(scheduler, now))
+    assert (listing.total, listing.waiting) == (3, 2)
+    assert [(g.namespace, g.name, g.state) for g in listing.gangs] == [
+        ("team-a", "podgroup:pg1", "waiting"), ("team-b", GANG_SCRIPT, "rejected"),
+        ("team-a", "job:train", "running")]
+    waiting, rejected, train = listing.gangs
+    assert [(m.rank, m.name, m.slurm_node, m.k8s_node, m.phase) for m in train.members] == [
+        (0, "train-0", "h100-000", "kwok-node-000", "Running"),
+        (1, "train-1", "a100-001", "kwok-node-001", "Running"),
+        (2, "train-2", "a100-003", "kwok-node-003", "Running")]
+    assert (train.size, train.bound, train.job_id, train.job_state) == (3, 3, 20, "RUNNING")
+    assert (train.waiting, train.problem) == ("", "")
+    assert (waiting.bound, waiting.job_state, waiting.last_transition) == (
+        0, "PENDING", "waiting: job 21 pending (Resources): waiting for 2 nodes")
+    assert rejected.size is None and rejected.problem.endswith(SCRIPT)
+    # a gang that starts waiting moves up, in the same order
+    scheduler.state.gangs["team-a/job:train"].waiting = "binding every member"
+    assert [g.name for g in gangs.gangs(scheduler).gangs] == [
+        "job:train", "podgroup:pg1", GANG_SCRIPT]
+
+
+def test_a_gangs_state(now: float, scheduler: StaticScheduler) -> None:
+    rec = add_gangs(scheduler, now).state.gangs["team-a/job:train"]
+    assert gangs.gang_state(rec) == "running"
+    rec.members[0].phase = "Pending"
+    assert gangs.gang_state(rec) == "bound"
+    rec.waiting = "binding every member"
+    assert gangs.gang_state(rec) == "waiting"
+    rec.problem = "a member can never run"
+    assert gangs.gang_state(rec) == "rejected"
+
+
+def test_gang_detail_has_its_job_and_history_newest_first(now: float,
+                                                          scheduler: StaticScheduler) -> None:
+    add_gangs(scheduler, now)
+    detail = gangs.gang_detail(scheduler, "team-a", "job:train")
+    assert detail is not None and detail.slurm_job is not None
+    assert detail.slurm_job["nodes"] == "a100-001,a100-003,h100-000"
+    assert [t.what for t in detail.history] == ["JobSubmitted", "seen"]
+    no_job = gangs.gang_detail(scheduler, "team-b", GANG_SCRIPT)
+    assert no_job is not None and no_job.slurm_job is None
+    assert gangs.gang_detail(scheduler, "team-a", "job:gone") is None
+
+
+def test_pod_rows_name_their_gang_and_rank(now: float, scheduler: StaticScheduler) -> None:
+    add_gangs(scheduler, now)
+    rows = {p.name: p for p in pods.pods(scheduler, now).pods}
+    assert (rows["train-2"].gang, rows["train-2"].gang_rank) == ("team-a/job:train", 2)
+    assert (rows["pg1-0"].gang, rows["pg1-0"].gang_rank) == ("team-a/podgroup:pg1", 0)
+    assert (rows["running-1"].gang, rows["running-1"].gang_rank) == ("", None)
+    # gang_of still names a gang the scheduler no longer holds: no gang
+    assert scheduler.state.gang_of["team-a/waiting-1"] == "team-a/job:gone"
+    assert (rows["waiting-1"].gang, rows["waiting-1"].gang_rank) == ("", None)
+    detail = pods.pod_detail(scheduler, "team-a", "train-1", now)
+    assert detail is not None and detail.pod.gang_rank == 1
+
+
+def test_summary_counts_gangs(now: float, scheduler: StaticScheduler) -> None:
+    assert summary(scheduler, now).gangs == {"total": 0, "waiting": 0}
+    assert summary(add_gangs(scheduler, now), now).gangs == {"total": 3, "waiting": 2}
+
+
+def test_sample_builds_gangs_of_every_kind(now: float) -> None:
+    s = sample(pods=20, nodes=40, gangs=8, seed=2)
+    listing = gangs.gangs(s)
+    assert listing.total == 8
+    assert {g.state for g in listing.gangs} == {"running", "waiting", "rejected"}
+    assert all([m.rank for m in g.members] == sorted(m.rank for m in g.members)
+               for g in listing.gangs)
+    members = sum(len(g.members) for g in listing.gangs)
+    assert sum(bool(p.gang) for p in pods.pods(s, now).pods) == members
