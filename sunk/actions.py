@@ -86,9 +86,11 @@ class Refit:
 
 @dataclass(frozen=True)
 class Replace:
-    """The Pod's job was lost or failed to launch: it gets a new one (counted per lost job)."""
+    """The Pod's job was lost or failed to launch: it gets a new one (counted per lost job).
+    Not ``counted``: sunk withdrew a gang's job because the gang changed before it started."""
 
     lost_job: int
+    counted: bool = True
 
 
 @dataclass(frozen=True)

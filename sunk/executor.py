@@ -51,6 +51,8 @@ class PodMemory:
     uncertain_submits: dict[str, int] = field(default_factory=dict)
     #: Pod uid -> its jobs cancelled because their Node had no room for it.
     refitted: dict[str, set[int]] = field(default_factory=dict)
+    #: Gang id -> its jobs sunk cancelled because the gang changed before they started.
+    withdrawn: dict[str, set[int]] = field(default_factory=dict)
     #: (Pod uid, reason, message) of gang Events already told (a gang's reconcile repeats).
     told_gang: set[tuple[str, str, str]] = field(default_factory=set)
     #: Gang id -> (its job, when that job was first seen started, monotonic seconds).
@@ -173,8 +175,9 @@ class Executor:
         for target, action in steps:
             if target is None:
                 match action:
-                    case do.Replace(lost_job):
-                        self.memory.replaced.setdefault(gang_id, set()).add(lost_job)
+                    case do.Replace(lost_job, counted):
+                        into = self.memory.replaced if counted else self.memory.withdrawn
+                        into.setdefault(gang_id, set()).add(lost_job)
                     case do.CancelJob(job_id, why):
                         await self.cancel(job_id, f"gang {gang_id[:8]}", why)
                     case do.RetryLater():

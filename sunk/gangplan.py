@@ -67,8 +67,10 @@ class GangFacts:
     prefix: str
     #: Slurm node -> Kubernetes Node.
     k8s_nodes: Mapping[str, str] = field(default_factory=dict)
-    #: Jobs of the gang sunk cancelled to replace them.
+    #: Jobs of the gang sunk cancelled to replace them (counted), or withdrew because the
+    #: gang changed before they started (not counted).
     replaced: Set[int] = frozenset()
+    withdrawn: Set[int] = frozenset()
     #: Seconds since the job was first seen started (None: not started), and since the oldest
     #: live member was created.
     started_for: float | None = None
@@ -129,7 +131,8 @@ def _with_live_job(f: GangFacts, job: GangJob, live: list[MemberFacts]) -> GangP
     if lost or set(job.members) != {m.id for m in live} or f.gang.problem:
         why = (f"member(s) {_names(lost)} gone before the gang's job started" if lost
                else f.gang.problem or "the gang's members changed before its job started")
-        return GangPlan(((None, cancel(job.job_id, why)),), waiting=why)
+        return GangPlan(((None, do.Replace(job.job_id, counted=False)),
+                         (None, cancel(job.job_id, why))), waiting=why)
     reason = f" ({job.view.reason})" if job.view.reason else ""
     return GangPlan(waiting=f"job {job.job_id} {job.view.state.lower()}{reason}: waiting for "
                             f"Slurm to start it on {len(job.members)} nodes at once")
@@ -143,14 +146,12 @@ def _bind(f: GangFacts, job: GangJob, of_job: list[MemberFacts | None]) -> GangP
             f"job {job.job_id} runs on {len(job.nodes)} nodes for {len(job.members)} "
             "members; waiting for Slurm's node list")),))
     steps: list[Step] = []
-    missing: list[str] = []
+    missing = [node for member, node in zip(of_job, job.nodes, strict=True)
+               if member is not None and not member.bound and node not in f.k8s_nodes]
     for rank, (member, node) in enumerate(zip(of_job, job.nodes, strict=True)):
-        if member is None or member.bound:
+        if member is None or member.bound or missing:  # all at once, or none yet
             continue
-        k8s_node = f.k8s_nodes.get(node)
-        if k8s_node is None:
-            missing.append(node)
-            continue
+        k8s_node = f.k8s_nodes[node]
         if (member.rank_shown, member.node_shown, member.job_shown) != (
                 str(rank), node, str(job.job_id)):
             steps.append((member.key, do.Annotate({
@@ -170,28 +171,36 @@ def _bind(f: GangFacts, job: GangJob, of_job: list[MemberFacts | None]) -> GangP
     return GangPlan(tuple(steps), recheck_in=left, waiting="binding every member")
 
 
-def _replace(f: GangFacts, job: GangJob, why: str) -> GangPlan:
-    """Cancel the job and give the gang a new one (bounded), or give up and delete it."""
+def _replace(f: GangFacts, job: GangJob, why: str, *, recheck: bool = False) -> GangPlan:
+    """Cancel the job and give the gang a new one (bounded), or give up and delete it.
+    ``recheck``: the job has ended already; look again at once (to submit its successor)."""
     live = [m for m in f.pods.values() if m.live]
+    def cancel(why: str) -> list[Step]:
+        return [] if job.view.finished else [(None, do.CancelJob(job.job_id, why))]
+
     if len(f.replaced) >= MAX_RESUBMITS and job.job_id not in f.replaced:
         return GangPlan((
-            (None, do.CancelJob(job.job_id, why)),
+            *cancel(why),
             *_all(live, do.DeletePod(f"{why}; the gang's {MAX_RESUBMITS + 1}th job lost"))))
     return GangPlan((
         (None, do.Replace(job.job_id)),
-        (None, do.CancelJob(job.job_id, f"{why}; replaced")),
+        *cancel(f"{why}; replaced"),
         *_all(live, do.PodEvent("GangJobReplaced", f"{why}; submitting a new job for the "
                                                    "gang", warning=True))),
-        waiting=why)
+        waiting=why, recheck_in=0.1 if recheck else None)
 
 
 def _without_live_job(f: GangFacts, job: GangJob | None, live: list[MemberFacts]) -> GangPlan:
     gang = f.gang
-    if job is not None and job.job_id not in f.replaced and not job.view.launch_failed:
-        ran = [m for i in job.members if (m := f.pods.get(i)) is not None and m.bound]
+    ours = job is not None and (job.job_id in f.replaced or job.job_id in f.withdrawn)
+    if job is not None and not ours and job.view.launch_failed:
+        return _replace(f, job, f"job {job.job_id} {job.view.state.lower()}: its launch "
+                                "failed", recheck=True)
+    if job is not None and not ours:
+        of_job = [m for i in job.members if (m := f.pods.get(i)) is not None]
         ended = f"job {job.job_id} {job.view.state.lower()}"
-        if ran:  # it ran: every member still there goes with it
-            going = [m for m in ran if m.live]
+        if any(m.bound for m in of_job):  # it ran: every member still there goes with it
+            going = [m for m in of_job if m.live]
             return GangPlan(tuple(_all(going, do.DeletePod(f"the gang's {ended}"))),
                             waiting=f"the gang's {ended}; its members are deleted")
         if live and set(job.members) == {m.id for m in live}:

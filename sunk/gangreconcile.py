@@ -102,6 +102,7 @@ class GangReconciler:
             gang=found, pods=members, job=gang_job, prefix=self.prefix,
             k8s_nodes=self.cluster.index().to_k8s,
             replaced=frozenset(self.executor.memory.replaced.get(found.id, ())),
+            withdrawn=frozenset(self.executor.memory.withdrawn.get(found.id, ())),
             started_for=started_for,
             waited_for=time.time() - min(live_created, default=time.time()),
             incomplete_after=self.settings.gang_incomplete_timeout,

@@ -16,7 +16,7 @@ from sunk.decide import FINISHED_STATES
 
 _EXTRA = re.compile(r"^sunk-(?P<kind>pod|gang)=(?P<ns>[^/\s]+)/(?P<name>[^\s]+)"
                     r" uid=(?P<uid>[0-9a-fA-F-]+) scheduler=(?P<scheduler>[^\s:]+)"
-                    r"(?: members=(?P<members>[0-9a-f]{12}(?:,[0-9a-f]{12})*))?")
+                    r"(?: members=(?P<members>[0-9a-f]{12}(?:,[0-9a-f]{12})*))?(?=\s*$|:)")
 #: A job Slurm requeued held after its launch failed (a prolog failure), as slurmrestd
 #: describes it (``state_description``), and the reason sunk (and scontrol) gives it.
 LAUNCH_FAILED_DESCRIPTION = "launch failed requeued held"
