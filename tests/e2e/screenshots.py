@@ -33,7 +33,7 @@ NAMESPACE = "demo"
 HELD_POD = "eval-held"
 MAX_HEIGHT = 900  # a big test bed's Nodes page is thousands of pixels long: its top will do
 VIEWS = {"pods": f"/pods?namespace={NAMESPACE}", "nodes": "/nodes?state=busy",
-         "policies": "/policies"}
+         "policies": "/policies", "gangs": "/gangs"}
 
 
 async def _shoot(testbed: cluster.Testbed, dashboard: str, out: Path) -> None:
