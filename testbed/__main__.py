@@ -65,10 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "build":
             build.check_suite(args.slurm_suite)
             build.build_binaries()
-            build.build_crds()
+            build.build_manifests()
             if os.geteuid() == 0:
                 build.build_chroot(args.slurm_suite)
-            build.say("binaries, CRDs (and the chroot, as root) are built and cached in "
+            build.say("binaries, manifests (and the chroot, as root) are built and cached in "
                       f"{build.cache_root()}")
         elif args.command == "env":
             tb = _running()

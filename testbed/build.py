@@ -1,7 +1,8 @@
 """Build the test bed's binaries and Slurm chroot once, and cache them outside the repository.
 
 Everything comes from package registries through their ordinary clients: the Go module proxy
-(``go``) for etcd, kube-apiserver, kube-controller-manager, kubectl, kwok and helm, and Debian's
+(``go``) for etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, helm, the
+LeaderWorkerSet controller and controller-gen (which writes CRDs from Go API types), and Debian's
 archive (``debootstrap``)
 for Slurm. Each artefact is cached under its version, so a second ``up`` builds nothing.
 """
@@ -28,6 +29,7 @@ HELM_VERSION = "v3.19.5"
 #: controller-gen, which writes CRDs from Go API types (scheduler-plugins v0.33.5 uses v0.17.3).
 CONTROLLER_TOOLS_VERSION = "v0.17.3"
 SCHEDULER_PLUGINS_VERSION = "v0.33.5"
+LWS_VERSION = "v0.8.0"
 
 #: Debian suite -> the Slurm release it ships (what ``up --slurm-suite`` accepts).
 SLURM_SUITES = {"trixie": "24.11", "sid": "26.05"}
@@ -89,6 +91,8 @@ class Binaries:
     kubectl: Path
     kwok: Path
     helm: Path
+    #: The LeaderWorkerSet controller (its webhooks included): sigs.k8s.io/lws/cmd.
+    lws: Path
 
 
 def _go_env(work: Path) -> dict[str, str]:
@@ -194,6 +198,31 @@ def _go_install(bins: Path, logs: Path, name: str, module: str, version: str,
     return out
 
 
+def _build_main(bins: Path, logs: Path, name: str, module: str, version: str, package: str,
+                ldflags: str) -> Path:
+    """A main package built inside a module of our own that requires ``module@version``: for
+    modules `go install pkg@version` refuses here (it asks the proxy for the module's version
+    list, to look for a deprecation, and this proxy answers 403)."""
+    out = bins / f"{name}-{version}"
+    if out.exists():
+        return out
+    work = cache_root() / "build" / f"{name}-{version}"
+    work.mkdir(parents=True, exist_ok=True)
+    env = _go_env(work)
+    log = logs / f"{name}-{version}.log"
+    say(f"building {name} {version} (first run only: a few minutes)")
+    (work / "go.mod").write_text(f"module sunk.local/testbed/{name}\n\ngo 1.25.0\n\n"
+                                 f"require {module} {version}\n")
+    (work / "tools.go").write_text(
+        f'//go:build tools\n\npackage tools\n\nimport _ "{package}"\n')
+    _run(["go", "mod", "tidy"], cwd=work, env=env, what=f"resolving {name} modules", log=log)
+    tmp = out.with_name(out.name + ".tmp")
+    _run(["go", "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(tmp), package],
+         cwd=work, env=env, what=f"building {name}", log=log)
+    tmp.rename(out)
+    return out
+
+
 def _module_replaces(module: str, version: str, env: dict[str, str], log: Path) -> list[str]:
     """A module's own ``replace`` lines that name another module version (not a local path), so
     a module requiring it resolves the same versions its authors build with."""
@@ -216,25 +245,41 @@ def _module_replaces(module: str, version: str, env: dict[str, str], log: Path) 
 
 
 @dataclass(frozen=True)
-class CrdSource:
-    """CRDs written by controller-gen from a module's Go API types, as its project does."""
+class GeneratedSource:
+    """Manifests controller-gen writes from a module's Go types and markers, as its project
+    does: CRDs from the API types, webhook configurations from the webhook markers."""
 
     name: str
     module: str
     version: str
-    #: The package(s) holding the API types (controller-gen ``paths``).
+    #: The packages controller-gen reads (its ``paths``).
     packages: tuple[str, ...]
-    #: The controller-gen ``crd`` generator with the project's options.
-    generator: str
-    #: The CRD files (``<group>_<plural>.yaml``) the test bed installs; the rest stay cached.
+    #: controller-gen generators with the project's options (``crd:...``, ``webhook``).
+    generators: tuple[str, ...]
+    #: The files the test bed uses (CRDs are ``<group>_<plural>.yaml``); the rest stay cached.
     files: tuple[str, ...]
 
 
-PODGROUP_CRDS = CrdSource(
+PODGROUP_SOURCE = GeneratedSource(
     name="scheduler-plugins", module="sigs.k8s.io/scheduler-plugins",
     version=SCHEDULER_PLUGINS_VERSION,
     packages=("sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1",),
-    generator="crd:crdVersions=v1", files=("scheduling.x-k8s.io_podgroups.yaml",))
+    generators=("crd:crdVersions=v1",), files=("scheduling.x-k8s.io_podgroups.yaml",))
+#: LWS's Makefile passes generateEmbeddedObjectMeta, without which the API server would prune
+#: the labels and annotations of its Pod templates.
+LWS_SOURCE = GeneratedSource(
+    name="lws", module="sigs.k8s.io/lws", version=LWS_VERSION,
+    packages=("sigs.k8s.io/lws/api/leaderworkerset/v1", "sigs.k8s.io/lws/pkg/webhooks"),
+    generators=("crd:generateEmbeddedObjectMeta=true", "webhook"),
+    files=("leaderworkerset.x-k8s.io_leaderworkersets.yaml", "manifests.yaml"))
+
+
+@dataclass(frozen=True)
+class Manifests:
+    #: CRDs to install.
+    crds: list[Path]
+    #: LWS's webhook configurations as controller-gen writes them (with a Service reference).
+    lws_webhooks: Path
 
 
 def _controller_gen(bins: Path, logs: Path) -> Path:
@@ -243,21 +288,21 @@ def _controller_gen(bins: Path, logs: Path) -> Path:
                        CONTROLLER_TOOLS_VERSION)
 
 
-def _generate_crds(src: CrdSource, bins: Path, logs: Path) -> list[Path]:
-    out = (cache_root() / "crds"
+def _generate(src: GeneratedSource, bins: Path, logs: Path) -> dict[str, Path]:
+    out = (cache_root() / "generated"
            / f"{src.name}-{src.version}-controller-gen-{CONTROLLER_TOOLS_VERSION}")
-    wanted = [out / f for f in src.files]
-    if all(f.exists() for f in wanted):
+    wanted = {f: out / f for f in src.files}
+    if all(f.exists() for f in wanted.values()):
         return wanted
-    work = cache_root() / "build" / f"crds-{src.name}-{src.version}"
+    work = cache_root() / "build" / f"generate-{src.name}-{src.version}"
     work.mkdir(parents=True, exist_ok=True)
     env = _go_env(work)
-    log = logs / f"crds-{src.name}-{src.version}.log"
-    say(f"generating the CRDs of {src.module} {src.version} with controller-gen "
+    log = logs / f"generate-{src.name}-{src.version}.log"
+    say(f"generating manifests of {src.module} {src.version} with controller-gen "
         f"{CONTROLLER_TOOLS_VERSION} (first run only)")
     replaces = _module_replaces(src.module, src.version, env, log)
     (work / "go.mod").write_text(
-        f"module sunk.local/testbed/crds-{src.name}\n\ngo 1.25.0\n\n"
+        f"module sunk.local/testbed/generate-{src.name}\n\ngo 1.25.0\n\n"
         f"require {src.module} {src.version}\n\n" + "\n".join(replaces) + "\n")
     (work / "tools.go").write_text(
         "//go:build tools\n\npackage tools\n\nimport (\n"
@@ -267,8 +312,8 @@ def _generate_crds(src: CrdSource, bins: Path, logs: Path) -> list[Path]:
     if tmp.exists():
         shutil.rmtree(tmp)
     controller_gen = _controller_gen(bins, logs)
-    _run([str(controller_gen), src.generator, f"paths={{{','.join(src.packages)}}}",
-          f"output:crd:dir={tmp}"], cwd=work, env=env, what=f"generating {src.name} CRDs",
+    _run([str(controller_gen), *src.generators, f"paths={{{','.join(src.packages)}}}",
+          f"output:dir={tmp}"], cwd=work, env=env, what=f"running controller-gen on {src.name}",
          log=log)
     missing = [f for f in src.files if not (tmp / f).exists()]
     if missing:
@@ -280,12 +325,16 @@ def _generate_crds(src: CrdSource, bins: Path, logs: Path) -> list[Path]:
     return wanted
 
 
-def build_crds() -> list[Path]:
-    """Generate (or find cached) the CRDs the test bed installs: scheduler-plugins' PodGroup."""
+def build_manifests() -> Manifests:
+    """Generate (or find cached) what the test bed installs: scheduler-plugins' PodGroup CRD,
+    LWS's CRD and its webhook configurations."""
     bins = cache_root() / "bin"
     logs = cache_root() / "logs"
     bins.mkdir(parents=True, exist_ok=True)
-    return _generate_crds(PODGROUP_CRDS, bins, logs)
+    podgroup = _generate(PODGROUP_SOURCE, bins, logs)
+    lws = _generate(LWS_SOURCE, bins, logs)
+    return Manifests(crds=[*podgroup.values(), lws[LWS_SOURCE.files[0]]],
+                     lws_webhooks=lws["manifests.yaml"])
 
 
 def build_binaries() -> Binaries:
@@ -298,9 +347,12 @@ def build_binaries() -> Binaries:
     kwok = _go_install(bins, logs, "kwok", "sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION)
     helm = _go_install(bins, logs, "helm", "helm.sh/helm/v3/cmd/helm", HELM_VERSION,
                        f"-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION}")
+    lws = _build_main(bins, logs, "lws-controller", "sigs.k8s.io/lws", LWS_VERSION,
+                      "sigs.k8s.io/lws/cmd",
+                      f"-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion={LWS_VERSION}")
     return Binaries(etcd=etcd, kube_apiserver=kubernetes["kube-apiserver"],
                     kube_controller_manager=kubernetes["kube-controller-manager"],
-                    kubectl=kubernetes["kubectl"], kwok=kwok, helm=helm)
+                    kubectl=kubernetes["kubectl"], kwok=kwok, helm=helm, lws=lws)
 
 
 def debian_mirror() -> str:

@@ -1,4 +1,5 @@
-"""Certificates and keys for the test bed's API server: a CA, a serving cert, an admin client."""
+"""Certificates and keys for the test bed: a CA, the API server's serving cert, an admin client,
+and serving certs for webhooks the API server calls on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -87,6 +88,23 @@ def make_pki(directory: Path) -> None:
     _write_key(sa_key, directory / "sa.key")
     (directory / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+
+
+def webhook_cert(pki: Path, directory: Path, name: str) -> None:
+    """A serving cert for 127.0.0.1 signed by the test bed's CA, as ``tls.crt`` and ``tls.key``
+    in ``directory`` (the names controller-runtime's webhook server reads): the API server
+    reaches webhooks by ``url: https://127.0.0.1:<port>/...`` with ca.crt as the CA bundle."""
+    ca = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{pki / 'ca.key'} is not the EC key make_pki writes")
+    directory.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                                    x509.DNSName("localhost")]
+    cert = _sign(_name(name), key, ca.subject, ca_key, ca=False, sans=sans, server=True)
+    (directory / "tls.crt").write_bytes(_pem(cert))
+    _write_key(key, directory / "tls.key")
 
 
 def kubeconfig(server: str, pki: Path, *, user: str = "admin", token: str | None = None) -> str:

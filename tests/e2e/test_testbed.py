@@ -180,3 +180,49 @@ async def test_podgroup_crd_is_served(kube: Client, namespace: str) -> None:
         assert got["spec"] == {"minMember": 4, "scheduleTimeoutSeconds": 60}
     finally:
         await kube.request("DELETE", "podgroups/four", namespace=namespace, version=version)
+
+
+LWS = "leaderworkerset.x-k8s.io/v1"
+
+
+async def test_leaderworkerset_makes_one_labelled_group_of_pods(
+        kube: Client, namespace: str) -> None:
+    """The LeaderWorkerSet controller (leader StatefulSet, then the workers' StatefulSet) and
+    its Pod webhook, reached by the API server on 127.0.0.1: a group of 4 Pods with the group
+    key, worker indexes 0..3 (the leader is 0) and the group size, left Pending."""
+    spec = {"schedulerName": "nobody",
+            "containers": [{"name": "main", "image": "busybox"}]}
+    lws = {"apiVersion": LWS, "kind": "LeaderWorkerSet",
+           "metadata": {"name": "group", "namespace": namespace},
+           "spec": {"replicas": 1, "leaderWorkerTemplate": {
+               "size": 4, "leaderTemplate": {"spec": spec}, "workerTemplate": {"spec": spec}}}}
+    created = await kube.request("POST", "leaderworkersets", namespace=namespace, version=LWS,
+                                 json=lws)
+    assert created["spec"]["startupPolicy"] == "LeaderCreated", "the defaulting webhook ran"
+    selector = "leaderworkerset.sigs.k8s.io/name=group"
+    try:
+        async def four_pods() -> list[dict[str, Any]] | None:
+            pods = await kube_list(kube, "pods", namespace=namespace, label_selector=selector)
+            return pods if len(pods) == 4 else None
+
+        pods = await eventually(four_pods)
+        by_index = {p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/worker-index"]: p
+                    for p in pods}
+        assert sorted(by_index) == ["0", "1", "2", "3"]
+        assert len({p["metadata"]["labels"]["leaderworkerset.sigs.k8s.io/group-key"]
+                    for p in pods}) == 1
+        assert {p["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/size"]
+                for p in pods} == {"4"}
+        assert by_index["0"]["metadata"]["name"] == "group-0"
+        assert {by_index[i]["metadata"]["name"] for i in "123"} == {
+            "group-0-1", "group-0-2", "group-0-3"}
+        assert all(not p["spec"].get("nodeName") for p in pods)
+    finally:
+        await kube.request("DELETE", "leaderworkersets/group", namespace=namespace,
+                           version=LWS, json={"apiVersion": "v1", "kind": "DeleteOptions",
+                                              "propagationPolicy": "Background"})
+
+    async def pods_gone() -> bool:
+        return not await kube_list(kube, "pods", namespace=namespace, label_selector=selector)
+
+    await eventually(pods_gone)
