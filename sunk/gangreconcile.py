@@ -189,8 +189,8 @@ class GangReconciler:
         record.waiting = plan.waiting
         if plan.waiting:
             record.note("waiting", plan.waiting)
-        if not found.members and facts.job is None:
-            state.gangs.pop(found.key, None)
+        if not facts.pods and (facts.job is None or facts.job.view.finished):
+            state.gangs.pop(found.key, None)  # every Pod of it is gone
         return record
 
 

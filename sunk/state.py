@@ -112,3 +112,4 @@ class SchedulerState:
 
     def forget(self, key: str) -> None:
         self.pods.pop(key, None)
+        self.gang_of.pop(key, None)
