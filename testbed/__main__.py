@@ -17,7 +17,8 @@ def _parser() -> argparse.ArgumentParser:
                                             "kwok, and a real Slurm in a Debian chroot.")
     sub = p.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="build what is missing (cached), then start everything")
-    up.add_argument("--nodes", type=int, default=4, help="Kubernetes Nodes / Slurm nodes (4)")
+    up.add_argument("--nodes", type=int, default=8,
+                    help="Kubernetes Nodes / Slurm nodes (8: two blocks of 4)")
     up.add_argument("--slurm-suite", default=build.DEFAULT_SUITE,
                     help="Debian suite of the Slurm chroot: "
                          + ", ".join(f"{s} (Slurm {v})" for s, v in build.SLURM_SUITES.items()))

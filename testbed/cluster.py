@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import yaml
 
+from sunk.topology import BLOCK_LABEL
 from testbed import build, pki, procs, slurmconf
 from testbed.build import say
 from testbed.errors import TestbedError
@@ -177,7 +178,7 @@ def _require_root() -> None:
                            "run it as root or with sudo")
 
 
-def up(*, node_count: int = 4, suite: str = build.DEFAULT_SUITE, kill_wait: int = 30,
+def up(*, node_count: int = 8, suite: str = build.DEFAULT_SUITE, kill_wait: int = 30,
        apiserver_port: int | None = None, slurmrestd_port: int | None = None,
        slurmctld_port: int | None = None) -> Testbed:
     """Start everything and return the running test bed (an already-running one is reused)."""
@@ -473,6 +474,7 @@ def _node_manifest(node: TestbedNode) -> dict[str, Any]:
                 "kubernetes.io/arch": "amd64", "type": "kwok",
                 "gpu.nvidia.com/model": node.gpu_model,
                 "gpu.nvidia.com/count": str(NODE_GPUS),
+                BLOCK_LABEL: node.block,
             },
         },
         "spec": {},
@@ -602,6 +604,7 @@ def _start_slurm(tb: Testbed) -> None:
         host=socket.gethostname().split(".")[0], nodes=tb.nodes, ports=ports,
         kill_wait=tb.kill_wait))
     (etc / "gres.conf").write_text(slurmconf.gres_conf(tb.nodes))
+    (etc / "topology.conf").write_text(slurmconf.topology_conf(tb.nodes))
     (etc / "cgroup.conf").write_text(slurmconf.CGROUP_CONF)
     jwt = etc / "jwt.key"
     jwt.write_bytes(secrets.token_bytes(32))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from testbed.topology import NODE_CPUS, NODE_GPUS, NODE_MEMORY_MIB, TestbedNode
+from sunk.topology import block_conf, blocks
+from testbed.topology import BLOCK_SIZE, NODE_CPUS, NODE_GPUS, NODE_MEMORY_MIB, TestbedNode
 
 #: Where things live inside the chroot. /run is a tmpfs mounted fresh by every `up`.
 ETC = "/run/slurm/etc"
@@ -64,6 +65,9 @@ def slurm_conf(*, host: str, nodes: list[TestbedNode], ports: SlurmPorts,
         "GresTypes=gpu",
         "PreemptType=preempt/partition_prio",
         "PreemptMode=CANCEL",
+        # Blocks of nodes (racks, NVLink domains) from topology.conf: a multi-node job is
+        # placed inside one block when it fits.
+        "TopologyPlugin=topology/block",
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
     ]
@@ -86,6 +90,18 @@ def gres_conf(nodes: list[TestbedNode]) -> str:
     return "".join(
         f"NodeName={n.slurm_name} Name=gpu Type={n.gres_type} File={GPU_DEV}[0-{NODE_GPUS - 1}]\n"
         for n in nodes)
+
+
+def topology_conf(nodes: list[TestbedNode]) -> str:
+    """topology.conf for topology/block, written as sunk writes it from the Node label: each
+    node's block is the value the test bed puts in that label (blocks of BLOCK_SIZE nodes).
+
+    BlockSizes is the smallest block's size: BLOCK_SIZE, unless the node count is not a
+    multiple of it (slurmctld refuses to start with a block smaller than the base block size).
+    """
+    pairs = [(n.slurm_name, n.block) for n in nodes]
+    smallest = min((len(b) for b in blocks(pairs).values()), default=BLOCK_SIZE)
+    return block_conf(pairs) + f"BlockSizes={smallest}\n"
 
 
 CGROUP_CONF = "CgroupPlugin=disabled\n"

@@ -15,6 +15,9 @@ SLURMD_CPUS = 1
 SLURMD_MEMORY_MIB = 1024
 SLURM_NAMESPACE = "slurm"
 NODESET = "compute"
+#: Nodes per block (rack, NVLink domain): node i is in block i // BLOCK_SIZE, told by the Node
+#: label sunk.topology.BLOCK_LABEL and, to Slurm, by topology.conf (topology/block).
+BLOCK_SIZE = 4
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,10 @@ class TestbedNode:
     @property
     def slurm_name(self) -> str:
         return f"{self.gres_type}-{self.index:03d}"
+
+    @property
+    def block(self) -> str:
+        return f"block-{self.index // BLOCK_SIZE}"
 
     @property
     def slurmd_pod(self) -> str:

@@ -48,7 +48,7 @@ def _testbed() -> Iterator[cluster.Testbed]:
     if existing is not None and existing.ready and all(existing.alive().values()):
         yield existing
         return
-    tb = cluster.up(node_count=int(os.environ.get("SUNK_TESTBED_NODES", "4")))
+    tb = cluster.up(node_count=int(os.environ.get("SUNK_TESTBED_NODES", "8")))
     try:
         yield tb
     finally:

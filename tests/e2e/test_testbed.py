@@ -9,10 +9,11 @@ import httpx
 import pytest
 
 from sunk.kube import Client, KubeError, connect
+from sunk.topology import BLOCK_LABEL
 from testbed import cluster, pki
-from testbed.topology import SLURM_NAMESPACE
+from testbed.topology import BLOCK_SIZE, SLURM_NAMESPACE
 from tests.e2e.conftest import RunningScheduler
-from tests.e2e.helpers import call_api, close_api, eventually, kube_list
+from tests.e2e.helpers import call_api, close_api, eventually, kube_list, quiet
 
 
 async def test_api_server_is_a_stamped_kubernetes(kube: Client) -> None:
@@ -226,3 +227,57 @@ async def test_leaderworkerset_makes_one_labelled_group_of_pods(
         return not await kube_list(kube, "pods", namespace=namespace, label_selector=selector)
 
     await eventually(pods_gone)
+
+
+async def test_slurm_places_a_four_node_job_inside_one_block(
+        kube: Client, slurm: httpx.AsyncClient, testbed: cluster.Testbed,
+        scheduler: RunningScheduler) -> None:
+    """topology/block, from the Nodes' block label: `sbatch -N 4` gets the 4 nodes of one
+    block, and the other block's when a node of the first is taken (without topology, Slurm
+    would take the 3 free nodes of that block and one of the next). (The prolog of every job
+    asks the scheduler for a node lock, as in a SUNK cluster.)"""
+    if testbed.node_count < 2 * BLOCK_SIZE:
+        pytest.skip(f"needs two blocks of {BLOCK_SIZE} nodes; this test bed has "
+                    f"{testbed.node_count} nodes (SUNK_TESTBED_NODES)")
+    labels = {n["metadata"]["name"]: n["metadata"]["labels"].get(BLOCK_LABEL)
+              for n in await kube_list(kube, "nodes")}
+    block_of = {n.slurm_name: labels[n.k8s_name] for n in testbed.nodes}
+    assert block_of == {n.slurm_name: f"block-{n.index // BLOCK_SIZE}" for n in testbed.nodes}
+    assert "BlockName=block-1 " in testbed.slurm("scontrol", "show", "topology")
+    two_blocks = [n.slurm_name for n in testbed.nodes[:2 * BLOCK_SIZE]]
+    await quiet(slurm, testbed, two_blocks)
+
+    def sbatch(*args: str) -> str:
+        return testbed.slurm("sbatch", "--parsable", "--output=/dev/null", *args,
+                             "--wrap", "sleep 300").strip()
+
+    async def running_on(job: str) -> list[str]:
+        async def placed() -> list[str] | None:
+            info = (await slurm.get(f"/slurm/v0.0.42/job/{job}")).json()["jobs"][0]
+            if "RUNNING" not in info["job_state"]:
+                return None
+            return testbed.slurm("scontrol", "show", "hostnames", info["nodes"]).split()
+
+        return await eventually(placed, within=60)
+
+    async def cancel(*jobs: str) -> None:
+        testbed.slurm("scancel", *jobs)
+        await quiet(slurm, testbed, two_blocks)
+
+    jobs: list[str] = []
+    try:
+        jobs.append(sbatch("-N", "4"))
+        nodes = await running_on(jobs[-1])
+        assert len(nodes) == 4 and len({block_of[n] for n in nodes}) == 1, nodes
+        await cancel(*jobs)
+        for busy, free in (("block-0", "block-1"), ("block-1", "block-0")):
+            taken = next(n for n in two_blocks if block_of[n] == busy)
+            jobs.append(sbatch("--exclusive", f"--nodelist={taken}"))
+            await running_on(jobs[-1])
+            jobs.append(sbatch("-N", "4"))
+            nodes = await running_on(jobs[-1])
+            assert {block_of[n] for n in nodes} == {free}, (taken, nodes)
+            await cancel(*jobs[-2:])
+    finally:
+        if jobs:
+            testbed.slurm("scancel", *jobs)

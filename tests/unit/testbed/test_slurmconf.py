@@ -48,3 +48,19 @@ def test_every_node_has_a_gres_line_with_a_file() -> None:
     text = slurmconf.gres_conf(nodes(5))
     assert len(text.splitlines()) == 5
     assert all("File=" in line for line in text.splitlines())
+
+
+def test_blocks_of_four_nodes_from_the_block_label_values() -> None:
+    assert _conf()["TopologyPlugin"] == ["topology/block"]
+    assert slurmconf.topology_conf(nodes(8)) == (
+        "BlockName=block-0 Nodes=h100-000,a100-001,h100-002,a100-003\n"
+        "BlockName=block-1 Nodes=h100-004,a100-005,h100-006,a100-007\n"
+        "BlockSizes=4\n")
+    assert [n.block for n in nodes(5)] == ["block-0"] * 4 + ["block-1"]
+
+
+def test_a_short_last_block_lowers_the_base_block_size() -> None:
+    """slurmctld refuses to start with a block smaller than the base block size."""
+    assert slurmconf.topology_conf(nodes(6)).splitlines()[-1] == "BlockSizes=2"
+    assert slurmconf.topology_conf(nodes(1)).splitlines() == [
+        "BlockName=block-0 Nodes=h100-000", "BlockSizes=1"]
