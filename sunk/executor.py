@@ -53,6 +53,8 @@ class PodMemory:
     refitted: dict[str, set[int]] = field(default_factory=dict)
     #: Gang id -> its jobs sunk cancelled because the gang changed before they started.
     withdrawn: dict[str, set[int]] = field(default_factory=dict)
+    #: Gang jobs sunk cancelled (asked once: Slurm takes a moment to end them).
+    gang_cancelled: set[int] = field(default_factory=set)
     #: (Pod uid, reason, message) of gang Events already told (a gang's reconcile repeats).
     told_gang: set[tuple[str, str, str]] = field(default_factory=set)
     #: Gang id -> (its job, when that job was first seen started, monotonic seconds).
@@ -180,6 +182,7 @@ class Executor:
                         into.setdefault(gang_id, set()).add(lost_job)
                     case do.CancelJob(job_id, why):
                         await self.cancel(job_id, f"gang {gang_id[:8]}", why)
+                        self.memory.gang_cancelled.add(job_id)
                     case do.RetryLater():
                         later = action
                 continue

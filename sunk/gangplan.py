@@ -71,6 +71,8 @@ class GangFacts:
     #: gang changed before they started (not counted).
     replaced: Set[int] = frozenset()
     withdrawn: Set[int] = frozenset()
+    #: Jobs of the gang sunk has asked Slurm to cancel already.
+    cancelled: Set[int] = frozenset()
     #: Seconds since the job was first seen started (None: not started), and since the oldest
     #: live member was created.
     started_for: float | None = None
@@ -112,6 +114,8 @@ def plan_gang(f: GangFacts) -> GangPlan:
 
 
 def _with_live_job(f: GangFacts, job: GangJob, live: list[MemberFacts]) -> GangPlan:
+    if job.job_id in f.cancelled:
+        return GangPlan(waiting=f"job {job.job_id} cancelled; waiting for Slurm to end it")
     of_job = [f.pods.get(m) for m in job.members]
     lost = [m.key if m is not None else f"member {i}" for i, m in enumerate(of_job)
             if m is None or m.deleting or m.phase == "Failed"]

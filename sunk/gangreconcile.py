@@ -103,6 +103,8 @@ class GangReconciler:
             k8s_nodes=self.cluster.index().to_k8s,
             replaced=frozenset(self.executor.memory.replaced.get(found.id, ())),
             withdrawn=frozenset(self.executor.memory.withdrawn.get(found.id, ())),
+            cancelled=frozenset(j for j in self.executor.memory.gang_cancelled
+                                if j == (gang_job.job_id if gang_job else None)),
             started_for=started_for,
             waited_for=time.time() - min(live_created, default=time.time()),
             incomplete_after=self.settings.gang_incomplete_timeout,

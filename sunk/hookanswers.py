@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from sunk import kube, metrics
 from sunk.cluster import Cluster
 from sunk.executor import Executor
+from sunk.gang import TERMINAL
 from sunk.hookauth import HookRefused, job_owner
 from sunk.slurm.client import SlurmError
 from sunk.slurm.job import Job, PodIdentity
@@ -54,8 +55,9 @@ class HookAnswers:
         who = self.cluster.jobs.owner(job_id)
         if who is None or who.scheduler != self.cluster.settings.scheduler_name:
             return None
-        if who.gang:
-            return who, self.cluster.gang_members(who)
+        if who.gang:  # members that ended hold nothing: not deleted, not waited for
+            return who, [p for p in self.cluster.gang_members(who)
+                         if (p.get("status") or {}).get("phase") not in TERMINAL]
         if job_id in self.executor.memory.refitted.get(who.uid, ()):
             return who, []  # cancelled to go elsewhere: its Pod is no longer this job's
         pod = self.cluster.pod_of(who)

@@ -8,6 +8,7 @@ user's job that copies a placeholder's ``extra`` never passes for a Pod's job.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -35,6 +36,9 @@ class JobTable:
         self.member_of: dict[str, int] = {}
         #: Jobs whose extra names a Pod of ours but which we did not submit (logged once).
         self._impostors: set[int] = set()
+        #: Pod uids and gang member ids of other sunk schedulers' placeholders seen locking a
+        #: node (the newest few thousand: only jobs starting now matter).
+        self._elsewhere: OrderedDict[str, None] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -91,8 +95,21 @@ class JobTable:
         return Learned(who, displaced)
 
     def placed(self, uid: str, member: str) -> bool:
-        """Whether a job of ours is for the Pod ``uid`` (alone, or as gang member ``member``)."""
-        return uid in self.by_uid or member in self.member_of
+        """Whether a sunk placeholder is for the Pod ``uid`` (alone, or as gang member
+        ``member``): one of ours, or one of another sunk scheduler seen locking a node."""
+        return (uid in self.by_uid or member in self.member_of or uid in self._elsewhere
+                or member in self._elsewhere)
+
+    def note_placeholder(self, job: Job, keep: int = 10_000) -> None:
+        """Remember whom a placeholder of any sunk scheduler is for (its stamp proves it)."""
+        who = job.owner
+        if who is None or job.admin_comment != admin_comment(who):
+            return
+        for key in who.members or (who.uid,):
+            self._elsewhere[key] = None
+            self._elsewhere.move_to_end(key)
+        while len(self._elsewhere) > keep:
+            self._elsewhere.popitem(last=False)
 
     def forget(self, job_id: int) -> Job | None:
         """Slurm no longer knows the job (purged after MinJobAge, or lost)."""

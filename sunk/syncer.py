@@ -57,6 +57,8 @@ class Syncer:
         self.requests: dict[str, LockRequest] = {}
         self.queue = WorkQueue()
         self._changed: dict[str, asyncio.Event] = {}
+        #: Slurm node -> when its last reconcile began (a prolog waits for one after its call).
+        self._looked_at: dict[str, float] = {}
         self.state_key = settings.annotation("slurm-state")
         self.reason_key = settings.annotation("slurm-reason")
         self.slurmd_selector = cluster.slurmd_selector
@@ -140,13 +142,17 @@ class Syncer:
             await self._check_lock_request(node, job_id)
             request = LockRequest(job_id, strict)
             self.requests[node] = request
-        request.at = time.monotonic()
+        asked = request.at = time.monotonic()
         changed = self._changed.setdefault(node, asyncio.Event())
         self.queue.add(node)
         deadline = time.monotonic() + within
         while True:
             state = self._lock_state(node)
-            if state is LockState.LOCKED_STRICT or (state is LockState.LOCKED and not strict):
+            # Only a look at the node taken since this call counts: the state may still be
+            # the previous job's lock, from before Pods that arrived since.
+            looked = self._looked_at.get(node, -1.0) >= asked
+            if looked and (state is LockState.LOCKED_STRICT
+                           or (state is LockState.LOCKED and not strict)):
                 request.answered_at = time.monotonic()
                 return state
             left = deadline - time.monotonic()
@@ -172,6 +178,9 @@ class Syncer:
         if node not in expand_hostlist(job.nodes):
             raise HookRefused(409, f"job {job_id} was given {job.nodes or 'no node'}, not "
                                    f"{node}: no lock for it there")
+        # A placeholder of another sunk scheduler sharing this Slurm cluster: its Pods, bound
+        # once the lock is taken, are Slurm's too, not Pods for the lock to clear.
+        self.cluster.jobs.note_placeholder(job)
 
     # -- reconcile one node ------------------------------------------------------------------
     def _lock_state(self, slurm_node: str) -> LockState:
@@ -224,6 +233,7 @@ class Syncer:
             capacity_shown=self.cluster.state.capacity.get(slurm_node, ""))
 
     async def reconcile(self, slurm_node: str) -> None:
+        began = time.monotonic()
         facts = self.facts(slurm_node)
         if facts is None:
             return
@@ -233,3 +243,5 @@ class Syncer:
         assert node is not None
         await self.executor.apply_node(facts, node, slurmd, nodeplan.plan_node(facts),
                                        pod_of=self.cluster.any_pod)
+        self._looked_at[slurm_node] = began
+        self._lock_changed(slurm_node)  # a waiting prolog may answer now

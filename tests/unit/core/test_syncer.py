@@ -216,6 +216,23 @@ async def test_a_lock_request_times_out_with_the_state_reached(sync: Sync) -> No
     assert syncer.requests["slurm-1"].answered_at is None
 
 
+async def test_a_lock_left_from_the_previous_job_does_not_answer_a_new_one(sync: Sync) -> None:
+    """The node still shows the last job's strict lock (not swept yet) and a Pod that may not
+    be evicted arrived since: the new job's prolog is not told "locked" from that stale state."""
+    bed, syncer = sync.bed, sync.syncer
+    put(bed.cluster.slurmd_informer, slurmd(annotations={LOCK_KEY: "locked_strict"}))
+    bed.slurm.jobs[42] = raw_job(42, state="RUNNING", nodes="slurm-1")
+    bed.kube.routes[("POST", EVICT_WEB)] = answer(429, {"message": "disruption budget"})
+    bed.any_pod(web())
+    worker = asyncio.create_task(syncer._work())
+    try:
+        state = await syncer.request_lock("slurm-1", 42, True, within=0.5)
+    finally:
+        await stop(worker)
+    assert state is LockState.PENDING
+    assert syncer.requests["slurm-1"].answered_at is None
+
+
 async def test_a_lock_request_with_nothing_in_the_way_locks_at_once(sync: Sync) -> None:
     bed, syncer = sync.bed, sync.syncer
     bed.slurm.jobs[41] = raw_job(41, state="CONFIGURING", nodes="slurm-1")
