@@ -18,6 +18,7 @@ from sunk.cluster import Cluster
 from sunk.decide import JobView
 from sunk.executor import Executor, RetryLater
 from sunk.policy.loader import PolicyStore
+from sunk.slurm.client import SlurmError
 from sunk.slurm.job import PodIdentity, member_id
 from sunk.slurm.text import expand_hostlist
 from sunk.state import GangMember, GangRecord
@@ -144,7 +145,14 @@ class GangReconciler:
             return
         except NoRoom as exc:
             raise RetryLater(str(exc), room=True) from exc
-        record.job_id = await self.executor.submit_gang(who, members, job)
+        try:
+            record.job_id = await self.executor.submit_gang(who, members, job)
+        except SlurmError as exc:
+            if not exc.permanent:
+                raise
+            await self._fail(found, members, record, "SlurmRefused",
+                             f"Slurm refused the job: {exc.slurm_message}")
+            return
         record.note("JobSubmitted", f"Slurm job {record.job_id} for {len(members)} nodes")
         await self.executor.apply_gang(found.id, by_key, [
             (kube.key(p), do.PodEvent(

@@ -95,7 +95,8 @@ async def assert_ranked(testbed: cluster.Testbed, slurm: httpx.AsyncClient,
     k8s = {n.slurm_name: n.k8s_name for n in testbed.nodes}
     if job["job_state"][0] == "RUNNING":
         nodes = expand_hostlist(job["nodes"])
-    else:  # an ended job's record keeps only its batch host: Slurm's order is the bed's
+    else:  # an ended job's record keeps only its batch host: Slurm's order (slurmrestd
+        # lists a job's nodes in node-table order) is the bed's
         order = [n.slurm_name for n in testbed.nodes]
         nodes = sorted((p["metadata"]["annotations"][f"{PREFIX}gang-node"] for p in pods),
                        key=order.index)
@@ -490,3 +491,35 @@ async def test_a_prolog_failing_on_one_node_has_the_held_job_replaced_and_the_ga
     finally:
         testbed.slurm("scancel", blocker)
         testbed.slurm("scontrol", "update", f"nodename={failing.slurm_name}", "state=resume")
+
+
+async def test_a_gang_lands_inside_one_topology_block(
+        kube: Client, slurm: httpx.AsyncClient, namespace: str, scheduler: RunningScheduler,
+        testbed: cluster.Testbed) -> None:
+    """Blocks of 4 nodes (topology/block, from the Nodes' block label): with one node of the
+    second block busy, a gang of 4 takes the whole first block, not 3 + 1 across both."""
+    assert len(testbed.nodes) >= 2 * SIZE, "the bed needs two blocks of 4 nodes"
+    await quiet(slurm, testbed)
+    first, second = testbed.nodes[:SIZE], testbed.nodes[SIZE:2 * SIZE]
+    blocker = block(testbed, second[:1])
+    names = [f"b{i}" for i in range(SIZE)]
+    try:
+        for pod in names:
+            await create(kube, member(pod, namespace, scheduler.name, "block",
+                                      **{f"{PREFIX}segment": str(SIZE)}))
+        pods = await wait_all_bound(kube, namespace, names)
+        await assert_ranked(testbed, slurm, pods, f"gang:{namespace}/label:block")
+        assert {p["spec"]["nodeName"] for p in pods} == {n.k8s_name for n in first}
+    finally:
+        testbed.slurm("scancel", blocker)
+    # The segment reaches Slurm: 4 nodes in segments of 3 is a topology Slurm cannot give.
+    for i in range(SIZE):
+        await create(kube, member(f"s{i}", namespace, scheduler.name, "segments",
+                                  **{f"{PREFIX}segment": "3"}))
+
+    async def refused() -> list[str] | None:
+        messages = [e["message"] for e in await events_for(kube, namespace, "s0")
+                    if e["reason"] == "SlurmRefused"]
+        return messages or None
+
+    assert "topology" in (await eventually(refused, within=30))[0]
