@@ -172,9 +172,12 @@ class Syncer:
             job = await self.slurm.job(job_id)
         if job is None:  # lost by a slurmctld that crashed: it will not run; nothing to lock
             raise HookRefused(410, f"Slurm has no job {job_id}: no lock for it")
-        if job.state == "PENDING" or job.finished:
-            raise HookRefused(409, f"Slurm shows job {job_id} {job.state.lower()}: only a job "
-                                   "that is starting locks a node")
+        if job.finished:  # cancelled while its prolog waited: let go, do not drain the node
+            raise HookRefused(410, f"Slurm shows job {job_id} {job.state.lower()}: it will not "
+                                   "run; nothing to lock")
+        if job.state == "PENDING":
+            raise HookRefused(409, f"Slurm shows job {job_id} pending: only a job that is "
+                                   "starting locks a node")
         if node not in expand_hostlist(job.nodes):
             raise HookRefused(409, f"job {job_id} was given {job.nodes or 'no node'}, not "
                                    f"{node}: no lock for it there")

@@ -247,7 +247,8 @@ async def test_a_lock_request_with_nothing_in_the_way_locks_at_once(sync: Sync) 
 
 @pytest.mark.parametrize("slurm_says,status,why", [
     (raw_job(41), 409, "pending"),
-    (raw_job(41, state="COMPLETED", nodes="slurm-1"), 409, "completed"),
+    (raw_job(41, state="COMPLETED", nodes="slurm-1"), 410, "completed: it will not run"),
+    (raw_job(41, state="CANCELLED", nodes="slurm-1"), 410, "cancelled: it will not run"),
     (raw_job(41, state="RUNNING", nodes="slurm-2"), 409, "was given slurm-2, not slurm-1"),
     (None, 410, "Slurm has no job 41"),
 ])
