@@ -61,6 +61,8 @@ class Bind:
     k8s_node: str
     slurm_node: str
     job_id: int
+    #: Set on the Pod with the binding, in the same write (a gang member's rank and node).
+    annotations: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)

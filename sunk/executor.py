@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -171,8 +171,10 @@ class Executor:
     # -- a gang (sunk.gangplan) -------------------------------------------------------------------
     async def apply_gang(self, gang_id: str, pods: dict[str, kube.Obj],
                          steps: Iterable[tuple[str | None, do.PodAction]]) -> None:
-        """Apply a gang's plan in order; its binds go last, all at once."""
+        """Apply a gang's plan in order; its binds go last, all at once, each after the
+        annotations written for its member (every member's at once)."""
         binds: list[tuple[kube.Obj, do.Bind]] = []
+        before_bind: dict[str, list[do.Annotate]] = {}
         later: do.RetryLater | None = None
         for target, action in steps:
             if target is None:
@@ -190,19 +192,30 @@ class Executor:
             if isinstance(action, do.Bind):
                 binds.append((pod, action))
                 continue
+            if isinstance(action, do.Annotate):  # the rank and node: written just before
+                before_bind.setdefault(target, []).append(action)
+                continue
             if isinstance(action, do.PodEvent):
                 told = (pod["metadata"]["uid"], action.reason, action.message)
                 if told in self.memory.told_gang:
                     continue
                 self.memory.told_gang.add(told)
             await self.apply_pod(pod, self.record(pod), (action,))
-        if binds:
-            results = await asyncio.gather(
-                *(self._bind(pod, self.record(pod), b.k8s_node, b.slurm_node, b.job_id)
-                  for pod, b in binds), return_exceptions=True)
-            for result in results:
-                if isinstance(result, BaseException):
-                    raise result
+        async def annotate_then_bind(target: str) -> None:
+            pod = pods[target]
+            for annotate in before_bind.get(target, ()):
+                await self.annotate_pod(pod, annotate.annotations)
+            if (b := bind_of.get(target)) is not None:
+                await self._bind(pod, self.record(pod), b.k8s_node, b.slurm_node, b.job_id,
+                                 b.annotations)
+
+        bind_of = {kube.key(pod): b for pod, b in binds}
+        targets = list(dict.fromkeys([*before_bind, *bind_of]))
+        results = await asyncio.gather(*(annotate_then_bind(t) for t in targets),
+                                       return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
         if later is not None:
             raise RetryLater(later.why, room=later.room)
 
@@ -267,7 +280,7 @@ class Executor:
         log.info("pod %s rejected: %s: %s", kube.key(pod), reason, message)
 
     async def _bind(self, pod: kube.Obj, record: PodRecord, k8s_node: str, slurm_node: str,
-                    job_id: int) -> None:
+                    job_id: int, annotations: Mapping[str, str] | None = None) -> None:
         # Checked and counted with no await between: two Pods bound at once to one Node
         # cannot both take its last room.
         if lacking := self.cluster.room(pod, k8s_node):
@@ -275,11 +288,13 @@ class Executor:
                              room=True)
         self.cluster.usage.assume_bound(pod, k8s_node)
         try:
-            await self.kube.bind(pod, k8s_node)
+            await self.kube.bind(pod, k8s_node, annotations)
         except BaseException:
             self.cluster.usage.observe("MODIFIED", pod)  # not bound: hold nothing there
             raise
         self.cluster.assumed.bound(pod["metadata"]["uid"])
+        if annotations:
+            self.cluster.assumed.wrote_annotations(pod["metadata"]["uid"], annotations)
         record.bound_at = time.time()
         record.k8s_node = k8s_node
         metrics.PODS_BOUND.inc()

@@ -35,10 +35,6 @@ class MemberFacts:
     phase: str = "Pending"
     bound: bool = False
     deleting: bool = False
-    #: The annotations sunk wrote on it (rank and Slurm node), as last seen.
-    rank_shown: str | None = None
-    node_shown: str | None = None
-    job_shown: str | None = None
     #: Rejected by sunk (a policy denied it or its gang): the gang is not submitted again.
     rejected: bool = False
 
@@ -143,8 +139,10 @@ def _with_live_job(f: GangFacts, job: GangJob, live: list[MemberFacts]) -> GangP
 
 
 def _bind(f: GangFacts, job: GangJob, of_job: list[MemberFacts | None]) -> GangPlan:
-    """Every member of a started job onto its rank's node: the mapping is written on each
-    Pod first, then all are bound (concurrently, by the executor)."""
+    """Every member of a started job onto its rank's node, all at once (by the executor), each
+    binding carrying the member's rank, node and job onto the Pod in the same write. The
+    mapping itself is the job's (its extra lists the members in rank order): a restarted
+    scheduler gives every rank the same node."""
     if len(job.nodes) != len(job.members):
         return GangPlan(((None, do.RetryLater(
             f"job {job.job_id} runs on {len(job.nodes)} nodes for {len(job.members)} "
@@ -156,12 +154,9 @@ def _bind(f: GangFacts, job: GangJob, of_job: list[MemberFacts | None]) -> GangP
         if member is None or member.bound or missing:  # all at once, or none yet
             continue
         k8s_node = f.k8s_nodes[node]
-        if (member.rank_shown, member.node_shown, member.job_shown) != (
-                str(rank), node, str(job.job_id)):
-            steps.append((member.key, do.Annotate({
-                f.prefix + RANK_ANNOTATION: str(rank), f.prefix + NODE_ANNOTATION: node,
-                f.prefix + "job-id": str(job.job_id)})))
-        steps.append((member.key, do.Bind(k8s_node, node, job.job_id)))
+        steps.append((member.key, do.Bind(k8s_node, node, job.job_id, {
+            f.prefix + RANK_ANNOTATION: str(rank), f.prefix + NODE_ANNOTATION: node,
+            f.prefix + "job-id": str(job.job_id)})))
     if not steps and not missing:
         return GangPlan()
     late = f.started_for is not None and f.started_for > f.bind_within

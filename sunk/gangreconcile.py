@@ -93,9 +93,6 @@ class GangReconciler:
                 phase=(pod.get("status") or {}).get("phase", "Pending"),
                 bound=self.cluster.assumed.is_bound(pod),
                 deleting=bool(meta.get("deletionTimestamp")),
-                rank_shown=annotations.get(self.prefix + gang.RANK_ANNOTATION),
-                node_shown=annotations.get(self.prefix + gang.NODE_ANNOTATION),
-                job_shown=annotations.get(self.prefix + "job-id"),
                 rejected=bool(annotations.get(self.prefix + "rejected")) and annotations.get(
                     self.prefix + "pod-uid") == meta["uid"])
         live_created = [kube.created(p) for p in pods if _live(p)]

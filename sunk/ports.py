@@ -21,7 +21,8 @@ class KubePort(Protocol):
         """Merge-patch annotations (None removes one); the object's new resourceVersion."""
         ...
 
-    async def bind(self, pod: Obj, node: str) -> None: ...
+    async def bind(self, pod: Obj, node: str,
+                   annotations: Mapping[str, str] | None = None) -> None: ...
 
     async def delete_pod(self, pod: Obj) -> None: ...
 
@@ -61,8 +62,9 @@ class KubeAPI:
         patched = await kube.annotate(self.api, kind, namespace, name, dict(annotations))
         return str((patched.get("metadata") or {}).get("resourceVersion", ""))
 
-    async def bind(self, pod: Obj, node: str) -> None:
-        await kube.bind(self.api, pod, node)
+    async def bind(self, pod: Obj, node: str,
+                   annotations: Mapping[str, str] | None = None) -> None:
+        await kube.bind(self.api, pod, node, annotations)
 
     async def delete_pod(self, pod: Obj) -> None:
         await kube.delete_pod(self.api, pod)

@@ -89,11 +89,15 @@ class NodeTaintsPatch(TypedDict):
     spec: NodeSpecPatch
 
 
-def binding_body(pod: Obj, node: str) -> Binding:
+def binding_body(pod: Obj, node: str,
+                 annotations: Mapping[str, str] | None = None) -> Binding:
+    """``annotations``: set on the Pod by the API server with the binding, in one write."""
     meta = pod["metadata"]
-    return {"apiVersion": "v1", "kind": "Binding",
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"],
-                         "uid": meta["uid"]},
+    metadata: ObjectMeta = {"name": meta["name"], "namespace": meta["namespace"],
+                            "uid": meta["uid"]}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": metadata,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
 
 
@@ -126,12 +130,14 @@ def event_body(obj: Obj, *, reason: str, message: str, kind: str, type_: str, co
     }
 
 
-async def bind(api: Client, pod: Obj, node: str) -> None:
+async def bind(api: Client, pod: Obj, node: str,
+               annotations: Mapping[str, str] | None = None) -> None:
     """Bind as kube-scheduler's DefaultBinder does: a Binding carrying the Pod's uid, so a Pod
-    deleted and recreated under the same name is never bound by mistake."""
+    deleted and recreated under the same name is never bound by mistake. The Binding's
+    ``annotations`` land on the Pod in the same write (a gang member's rank and node)."""
     meta = pod["metadata"]
     await api.request("POST", f"pods/{meta['name']}/binding", namespace=meta["namespace"],
-                      json=binding_body(pod, node))
+                      json=binding_body(pod, node, annotations))
 
 
 async def annotate(api: Client, kind: str, namespace: str | None, name: str,

@@ -64,19 +64,10 @@ def three(**over: Any) -> list[MemberFacts]:
     return [member(i, **over) for i in range(3)]
 
 
-def shown(i: int, rank: int | None = None, job_id: int = 7) -> MemberFacts:
-    """A member whose rank, node and job are already shown on it."""
-    r = i if rank is None else rank
-    return member(i, rank_shown=str(r), node_shown=NODES[r], job_shown=str(job_id))
-
-
 def bind(i: int, rank: int, job_id: int = 7) -> Step:
-    return (f"ns/p-{i}", do.Bind(K8S[NODES[rank]], NODES[rank], job_id))
-
-
-def annotate(i: int, rank: int, job_id: int = 7) -> Step:
-    return (f"ns/p-{i}", do.Annotate({RANK: str(rank), NODE: NODES[rank],
-                                      JOB_ID: str(job_id)}))
+    """Member i bound as rank ``rank``: the rank, node and job travel with the binding."""
+    return (f"ns/p-{i}", do.Bind(K8S[NODES[rank]], NODES[rank], job_id, {
+        RANK: str(rank), NODE: NODES[rank], JOB_ID: str(job_id)}))
 
 
 def test_max_resubmits_is_three() -> None:
@@ -317,11 +308,10 @@ def test_the_fourth_job_that_failed_to_launch_deletes_the_gang() -> None:
 
 
 # -- a started job: binding by rank -------------------------------------------------------------
-def test_a_started_job_annotates_then_binds_rank_r_to_the_rth_node() -> None:
+def test_a_started_job_binds_rank_r_to_the_rth_node_with_its_rank_and_node() -> None:
     plan = plan_gang(facts(gang(), three(), job(STARTED), started_for=1.0))
-    assert plan == GangPlan((
-        annotate(0, 0), bind(0, 0), annotate(1, 1), bind(1, 1), annotate(2, 2), bind(2, 2),
-    ), recheck_in=59.0, waiting="binding every member")
+    assert plan == GangPlan((bind(0, 0), bind(1, 1), bind(2, 2)), recheck_in=59.0,
+                            waiting="binding every member")
     assert not plan.submit
 
 
@@ -331,39 +321,22 @@ def test_ranks_follow_the_job_not_the_gang_or_names() -> None:
     plan = plan_gang(facts(gang(), three(), j, started_for=0.0))
     binds = [(t, a) for t, a in plan.steps if isinstance(a, do.Bind)]
     assert binds == [bind(2, 0), bind(0, 1), bind(1, 2)]
-    notes = [(t, a) for t, a in plan.steps if isinstance(a, do.Annotate)]
-    assert notes == [annotate(2, 0), annotate(0, 1), annotate(1, 2)]
 
 
 def test_nodes_are_taken_in_the_jobs_order() -> None:
     j = job(STARTED, nodes=("h100-002", "a100-003", "h100-000"))
     plan = plan_gang(facts(gang(), three(), j))
-    assert [(t, a) for t, a in plan.steps if isinstance(a, do.Bind)] == [
-        ("ns/p-0", do.Bind("kwok-node-002", "h100-002", 7)),
-        ("ns/p-1", do.Bind("kwok-node-003", "a100-003", 7)),
-        ("ns/p-2", do.Bind("kwok-node-000", "h100-000", 7))]
-
-
-def test_annotations_already_shown_mean_only_binds() -> None:
-    plan = plan_gang(facts(gang(), [shown(0), shown(1), shown(2)], job(STARTED)))
-    assert plan.steps == (bind(0, 0), bind(1, 1), bind(2, 2))
-    assert plan.recheck_in is None  # not known how long it has run
-
-
-@pytest.mark.parametrize("stale", [
-    {"rank_shown": "1"}, {"node_shown": "a100-001"}, {"job_shown": "6"},
-    {"rank_shown": None}, {"job_shown": None},
-])
-def test_a_stale_annotation_is_written_again(stale: dict[str, Any]) -> None:
-    pods = [dataclasses.replace(shown(0), **stale), shown(1), shown(2)]
-    plan = plan_gang(facts(gang(), pods, job(STARTED)))
-    assert plan.steps == (annotate(0, 0), bind(0, 0), bind(1, 1), bind(2, 2))
+    assert [(t, a.k8s_node, a.slurm_node, dict(a.annotations or {})[NODE])
+            for t, a in plan.steps if isinstance(a, do.Bind)] == [
+        ("ns/p-0", "kwok-node-002", "h100-002", "h100-002"),
+        ("ns/p-1", "kwok-node-003", "a100-003", "a100-003"),
+        ("ns/p-2", "kwok-node-000", "h100-000", "h100-000")]
 
 
 def test_bound_members_are_skipped_and_an_all_bound_gang_needs_nothing() -> None:
-    pods = [member(0, bound=True), shown(1), member(2)]
+    pods = [member(0, bound=True), member(1), member(2)]
     plan = plan_gang(facts(gang(), pods, job(STARTED), started_for=10.0))
-    assert plan.steps == (bind(1, 1), annotate(2, 2), bind(2, 2))
+    assert plan.steps == (bind(1, 1), bind(2, 2))
     assert plan.recheck_in == 50.0
     done = [member(i, bound=True) for i in range(3)]
     assert plan_gang(facts(gang(), done, job(STARTED), started_for=1e6)) == GangPlan()
@@ -398,7 +371,7 @@ def test_a_node_list_not_matching_the_members_retries_later(nodes: tuple[str, ..
 
 @pytest.mark.parametrize("replaced", [frozenset(), frozenset({1, 2})])
 def test_binding_not_done_within_its_timeout_replaces_the_job(replaced: frozenset[int]) -> None:
-    pods = [member(0, bound=True), shown(1), member(2)]
+    pods = [member(0, bound=True), member(1), member(2)]
     plan = plan_gang(facts(gang(), pods, job(STARTED), started_for=61.0, replaced=replaced))
     why = "job 7 started 61s ago but not every member could be bound"
     assert plan == GangPlan((
@@ -519,7 +492,7 @@ def test_a_gang_whose_job_is_unknown_after_binding_deletes_the_bound() -> None:
 
 # -- the plan is a function of its inputs ----------------------------------------------------------
 def test_the_same_facts_give_the_same_plan() -> None:
-    f = facts(gang(), [shown(0), member(1), member(2, bound=True)], job(STARTED),
+    f = facts(gang(), [member(0), member(1), member(2, bound=True)], job(STARTED),
               started_for=3.0)
     assert plan_gang(f) == plan_gang(f)
     # and the order the Pods are listed in does not matter

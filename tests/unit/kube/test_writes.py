@@ -30,6 +30,16 @@ async def test_bind_posts_a_binding_carrying_the_pods_uid() -> None:
         "target": {"apiVersion": "v1", "kind": "Node", "name": "node-7"}}
 
 
+async def test_a_binding_carries_annotations_for_the_pod() -> None:
+    server = FakeServer(httpx.Response(201, json={"kind": "Status", "status": "Success"}))
+    api = client(server)
+    await kube.bind(api, POD, "node-7", {"sunk.coreweave.com/gang-rank": "2"})
+    await api.aclose()
+    assert server.body(0)["metadata"] == {
+        "name": "p", "namespace": "team-a", "uid": "uid-1",
+        "annotations": {"sunk.coreweave.com/gang-rank": "2"}}
+
+
 async def test_a_refused_binding_raises() -> None:
     api = client(FakeServer(status(409, 'pod p is already assigned to node "x"')))
     with pytest.raises(kube.KubeError) as raised:
