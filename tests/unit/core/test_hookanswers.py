@@ -14,7 +14,7 @@ from sunk import kube
 from sunk.hookanswers import HookAnswers, answering
 from sunk.hookauth import HookRefused
 from sunk.slurm.client import SlurmError
-from sunk.slurm.job import PodIdentity
+from sunk.slurm.job import PodIdentity, member_id
 from tests.unit.core import stand_ins
 from tests.unit.core.stand_ins import (
     NAME,
@@ -26,6 +26,7 @@ from tests.unit.core.stand_ins import (
     pod,
     put,
     raw_job,
+    slurmd,
     who,
 )
 
@@ -255,3 +256,68 @@ async def test_wait_pod_gone_says_false_when_the_pod_stays(hooks: Hooks) -> None
 async def test_wait_pod_gone_for_a_pod_already_gone_does_not_wait(hooks: Hooks) -> None:
     hooks.bed.cluster.jobs.learn(job(41, who("bbbb-0002", name="q")))
     assert await hooks.answers.wait_pod_gone(41, within=60) == ("ns/q", True)
+
+
+# -- a gang's job: its hooks answer for every member ---------------------------------------------
+
+GANG_UIDS = ("cccc0001-0000", "cccc0002-0000", "cccc0003-0000")
+
+
+def gang_member(i: int, node: str | None = None, phase: str = "Running") -> kube.Obj:
+    member = pod(GANG_UIDS[i], name=f"g-{i}", node=node)
+    member["metadata"]["labels"] = {"sunk.coreweave.com/gang": "g"}
+    member["status"]["phase"] = phase
+    return member
+
+
+def gang_job(job_id: int, **kw: object) -> PodIdentity:
+    owner = PodIdentity("ns", "label:g", "abcd" * 8, NAME,
+                        tuple(member_id(u) for u in GANG_UIDS))
+    hooks_job = job(job_id, owner, **kw)
+    assert hooks_job.owner == owner
+    return owner
+
+
+@pytest.fixture
+async def gang_hooks(hooks: Hooks) -> Hooks:
+    bed = hooks.bed
+    for i, (slurm_node, k8s_node) in enumerate(
+            [("slurm-1", "node-a"), ("slurm-2", "node-b"), ("slurm-3", "node-c")]):
+        put(bed.cluster.slurmd_informer, slurmd(slurm_node, k8s_node))
+        bed.add_pod(gang_member(i, node=k8s_node))
+    owner = gang_job(51)
+    bed.cluster.jobs.learn(job(51, owner, state="RUNNING", nodes="slurm-[1-3]", started=True))
+    return hooks
+
+
+async def test_a_gangs_job_is_owned_by_the_gang(gang_hooks: Hooks) -> None:
+    assert gang_hooks.answers.job_owner(51) == f"{NAME}/{'abcd' * 8}"
+
+
+async def test_terminating_a_gangs_job_deletes_every_live_member_but_not_one_that_ended(
+        gang_hooks: Hooks) -> None:
+    bed = gang_hooks.bed
+    bed.add_pod(gang_member(2, node="node-c", phase="Succeeded"), "MODIFIED")
+    assert await gang_hooks.answers.job_terminating(51, "slurm-1") == ("ns/label:g", False)
+    deleted = set(bed.kube.paths("DELETE"))
+    assert deleted == {"/api/v1/namespaces/ns/pods/g-0", "/api/v1/namespaces/ns/pods/g-1"}
+
+
+async def test_a_gangs_drain_drains_only_the_nodes_whose_member_is_still_there(
+        gang_hooks: Hooks) -> None:
+    bed = gang_hooks.bed
+    bed.add_pod(gang_member(1, node="node-b"), "DELETED")
+    assert await gang_hooks.answers.drain_for_job(51, "slurm-1") == ("ns/label:g", False)
+    drained = set(bed.slurm.paths("POST"))
+    assert drained == {f"{SLURM}/node/slurm-1", f"{SLURM}/node/slurm-3"}
+
+
+async def test_a_gangs_job_waits_for_every_member_to_be_gone(gang_hooks: Hooks) -> None:
+    bed = gang_hooks.bed
+    waiting = asyncio.create_task(gang_hooks.answers.wait_pod_gone(51, within=5))
+    for i in range(2):
+        bed.add_pod(gang_member(i), "DELETED")
+        await asyncio.sleep(0.01)
+        assert not waiting.done(), f"{2 - i} members are still there"
+    bed.add_pod(gang_member(2), "DELETED")
+    assert await asyncio.wait_for(waiting, 1) == ("ns/label:g", True)
