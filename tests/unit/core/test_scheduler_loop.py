@@ -8,6 +8,7 @@ import asyncio
 import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -413,3 +414,65 @@ async def test_a_pod_waiting_for_room_looks_again_as_soon_as_a_pod_leaves_a_node
         assert scheduler._waiting_for_room == set()
     finally:
         await stop(worker)
+
+
+# -- a gang ---------------------------------------------------------------------------------------
+
+def gang_pod(i: int, size: int = 3, **kw: Any) -> dict[str, Any]:
+    member = pod(f"dddd000{i}-0000", name=f"g-{i}", annotations={
+        f"{PREFIX}gang-size": str(size)}, **kw)
+    member["metadata"]["labels"] = {f"{PREFIX}gang": "g"}
+    return member
+
+
+def three_nodes(bed: Bed) -> None:
+    for n in (2, 3):
+        put(bed.cluster.node_informer, node(f"node-{'abc'[n - 1]}"))
+        put(bed.cluster.slurmd_informer, slurmd(f"slurm-{n}", f"node-{'abc'[n - 1]}"))
+
+
+async def test_a_gang_member_is_reconciled_as_its_gang_and_submitted_once_whole(
+        loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    three_nodes(bed)
+    for i in range(2):
+        bed.add_pod(gang_pod(i))
+    await scheduler.reconcile("ns/g-0")  # a member: its gang decides
+    assert "ns/label:g" in scheduler.queue._queued
+    assert bed.slurm.seen == [], "a member alone submits nothing"
+    await scheduler.reconcile("ns/label:g")
+    assert bed.slurm.calls("POST", SUBMIT) == [], "2 of 3 members: nothing submitted"
+    bed.add_pod(gang_pod(2))
+    await scheduler.reconcile("ns/label:g")
+    (sent,) = bed.slurm.calls("POST", SUBMIT)
+    assert sent["job"]["minimum_nodes"] == sent["job"]["maximum_nodes"] == 3
+    assert sent["job"]["name"] == "gang:ns/label:g"
+    for i in range(3):
+        (patch,) = bed.kube.calls("PATCH", f"/api/v1/namespaces/ns/pods/g-{i}")
+        assert patch["metadata"]["annotations"][JOB_ID] == "41"
+
+
+async def test_one_member_the_policies_refuse_rejects_the_whole_gang(loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    three_nodes(bed)
+    bed.add_pod(gang_pod(0))
+    bed.add_pod(gang_pod(1, requests={}))  # no CPU or memory requested: refused
+    bed.add_pod(gang_pod(2))
+    await scheduler.reconcile("ns/label:g")
+    assert bed.slurm.calls("POST", SUBMIT) == []
+    for i in range(3):
+        (patch,) = bed.kube.calls("PATCH", f"/api/v1/namespaces/ns/pods/g-{i}")
+        assert patch["metadata"]["annotations"][REJECTED] == "MissingResourceRequests"
+    await bed.settle()
+    assert reasons(bed).count("MissingResourceRequests") == 3
+
+
+async def test_a_gang_larger_than_slurm_is_rejected(loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler  # one Slurm node, three members
+    for i in range(3):
+        bed.add_pod(gang_pod(i))
+    await scheduler.reconcile("ns/label:g")
+    assert bed.slurm.calls("POST", SUBMIT) == []
+    await bed.settle()
+    assert reasons(bed) == ["GangTooLarge"] * 3
+    assert bed.cluster.state.gangs["ns/label:g"].problem.startswith("GangTooLarge: ")
