@@ -60,3 +60,11 @@ def block_conf(nodes: Iterable[tuple[str, str | None]]) -> str:
     """
     return "".join(f"BlockName={name} Nodes={','.join(block)}\n"
                    for name, block in blocks(nodes).items())
+
+
+def topology_conf(nodes: Iterable[tuple[str, str | None]]) -> str:
+    """The whole ``topology.conf``: :func:`block_conf`, then ``BlockSizes`` as the smallest
+    block's size (slurmctld refuses to start with a block smaller than the base block size)."""
+    pairs = list(nodes)
+    sizes = [len(b) for b in blocks(pairs).values()]
+    return block_conf(pairs) + (f"BlockSizes={min(sizes)}\n" if sizes else "")

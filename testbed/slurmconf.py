@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sunk.topology import block_conf, blocks
-from testbed.topology import BLOCK_SIZE, NODE_CPUS, NODE_GPUS, NODE_MEMORY_MIB, TestbedNode
+from sunk import topology
+from testbed.topology import NODE_CPUS, NODE_GPUS, NODE_MEMORY_MIB, TestbedNode
 
 #: Where things live inside the chroot. /run is a tmpfs mounted fresh by every `up`.
 ETC = "/run/slurm/etc"
@@ -94,14 +94,12 @@ def gres_conf(nodes: list[TestbedNode]) -> str:
 
 def topology_conf(nodes: list[TestbedNode]) -> str:
     """topology.conf for topology/block, written as sunk writes it from the Node label: each
-    node's block is the value the test bed puts in that label (blocks of BLOCK_SIZE nodes).
+    node's block is the value the test bed puts in that label (blocks of 4 nodes).
 
     BlockSizes is the smallest block's size: BLOCK_SIZE, unless the node count is not a
     multiple of it (slurmctld refuses to start with a block smaller than the base block size).
     """
-    pairs = [(n.slurm_name, n.block) for n in nodes]
-    smallest = min((len(b) for b in blocks(pairs).values()), default=BLOCK_SIZE)
-    return block_conf(pairs) + f"BlockSizes={smallest}\n"
+    return topology.topology_conf([(n.slurm_name, n.block) for n in nodes])
 
 
 CGROUP_CONF = "CgroupPlugin=disabled\n"

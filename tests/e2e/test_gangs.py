@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,7 +21,7 @@ from sunk.kube import Client
 from sunk.slurm.text import expand_hostlist
 from testbed import cluster
 from testbed.scheduler import start_scheduler
-from testbed.topology import TestbedNode
+from testbed.topology import SLURM_NAMESPACE, TestbedNode
 from tests.e2e.conftest import RunningScheduler
 from tests.e2e.helpers import (
     call_api,
@@ -523,3 +526,25 @@ async def test_a_gang_lands_inside_one_topology_block(
         return messages or None
 
     assert "topology" in (await eventually(refused, within=30))[0]
+
+
+def test_the_topology_file_written_from_the_live_node_labels_is_the_one_slurm_runs_with(
+        testbed: cluster.Testbed, tmp_path: Path) -> None:
+    """sunk's topology command, pointed at the bed, writes the topology.conf the bed started
+    Slurm with (from the block label the bed put on its Nodes)."""
+    out = tmp_path / "topology.conf"
+    done = subprocess.run(
+        [sys.executable, "-m", "sunk.writetopology", f"--kubeconfig={testbed.kubeconfig}",
+         f"--slurmd-namespace={SLURM_NAMESPACE}", f"--output={out}"],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    running = Path(testbed.chroot, "run/slurm/etc/topology.conf").read_text()
+
+    def parsed(text: str) -> set[tuple[str, frozenset[str]]]:
+        """Each line's name and nodes (the order of nodes in a block does not matter)."""
+        lines = [dict(f.split("=", 1) for f in line.split()) for line in text.splitlines()]
+        return {(next(iter(d.items()))[0] + "=" + next(iter(d.values())),
+                 frozenset(d.get("Nodes", "").split(","))) for d in lines}
+
+    assert parsed(out.read_text()) == parsed(running)
+    assert running.count("BlockName=") == len(testbed.nodes) // SIZE

@@ -7,7 +7,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sunk.topology import BLOCK_LABEL, block_conf, block_name, blocks
+from sunk.topology import BLOCK_LABEL, block_conf, block_name, blocks, topology_conf
 
 
 def parse(conf: str) -> dict[str, list[str]]:
@@ -78,3 +78,10 @@ def test_blocks_are_what_the_lines_say() -> None:
     pairs = [("n1", "r.1"), ("n2", None), ("n3", "r2"), ("n4", "r.1")]
     assert blocks(pairs) == {"r_1": ["n1", "n4"], "r2": ["n3"]}
     assert parse(block_conf(pairs)) == blocks(pairs)
+
+
+def test_the_whole_file_ends_with_the_smallest_blocks_size() -> None:
+    text = topology_conf([("a", "r1"), ("b", "r1"), ("c", "r1"), ("d", "r2"), ("e", "r2"),
+                          ("f", None)])
+    assert text == "BlockName=r1 Nodes=a,b,c\nBlockName=r2 Nodes=d,e\nBlockSizes=2\n"
+    assert topology_conf([("a", None)]) == "", "no block: nothing for Slurm to read"
