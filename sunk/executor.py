@@ -53,10 +53,10 @@ class PodMemory:
     refitted: dict[str, set[int]] = field(default_factory=dict)
     #: Gang id -> its jobs sunk cancelled because the gang changed before they started.
     withdrawn: dict[str, set[int]] = field(default_factory=dict)
-    #: Gang jobs sunk cancelled (asked once: Slurm takes a moment to end them).
-    gang_cancelled: set[int] = field(default_factory=set)
-    #: (Pod uid, reason, message) of gang Events already told (a gang's reconcile repeats).
-    told_gang: set[tuple[str, str, str]] = field(default_factory=set)
+    #: Gang id -> its jobs sunk has asked Slurm to cancel (once: Slurm takes a moment).
+    gang_cancelled: dict[str, set[int]] = field(default_factory=dict)
+    #: Pod uid -> the (reason, message) of gang Events told it (a gang's reconcile repeats).
+    told_gang: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
     #: Gang id -> (its job, when that job was first seen started, monotonic seconds).
     gang_started: dict[str, tuple[int, float]] = field(default_factory=dict)
 
@@ -65,7 +65,12 @@ class PodMemory:
         self.replaced.pop(uid, None)
         self.told_ignored.discard(uid)
         self.uncertain_submits.pop(uid, None)
-        self.told_gang = {t for t in self.told_gang if t[0] != uid}
+        self.told_gang.pop(uid, None)
+
+    def forget_gang(self, gang_id: str) -> None:
+        """The gang has no Pod and no live job left."""
+        for kept in (self.replaced, self.withdrawn, self.gang_cancelled, self.gang_started):
+            kept.pop(gang_id, None)
 
 
 class Executor:
@@ -171,10 +176,8 @@ class Executor:
     # -- a gang (sunk.gangplan) -------------------------------------------------------------------
     async def apply_gang(self, gang_id: str, pods: dict[str, kube.Obj],
                          steps: Iterable[tuple[str | None, do.PodAction]]) -> None:
-        """Apply a gang's plan in order; its binds go last, all at once, each after the
-        annotations written for its member (every member's at once)."""
+        """Apply a gang's plan in order; its binds go last, all at once."""
         binds: list[tuple[kube.Obj, do.Bind]] = []
-        before_bind: dict[str, list[do.Annotate]] = {}
         later: do.RetryLater | None = None
         for target, action in steps:
             if target is None:
@@ -184,7 +187,7 @@ class Executor:
                         into.setdefault(gang_id, set()).add(lost_job)
                     case do.CancelJob(job_id, why):
                         await self.cancel(job_id, f"gang {gang_id[:8]}", why)
-                        self.memory.gang_cancelled.add(job_id)
+                        self.memory.gang_cancelled.setdefault(gang_id, set()).add(job_id)
                     case do.RetryLater():
                         later = action
                 continue
@@ -192,27 +195,15 @@ class Executor:
             if isinstance(action, do.Bind):
                 binds.append((pod, action))
                 continue
-            if isinstance(action, do.Annotate):  # the rank and node: written just before
-                before_bind.setdefault(target, []).append(action)
-                continue
             if isinstance(action, do.PodEvent):
-                told = (pod["metadata"]["uid"], action.reason, action.message)
-                if told in self.memory.told_gang:
+                told = self.memory.told_gang.setdefault(pod["metadata"]["uid"], set())
+                if (action.reason, action.message) in told:
                     continue
-                self.memory.told_gang.add(told)
+                told.add((action.reason, action.message))
             await self.apply_pod(pod, self.record(pod), (action,))
-        async def annotate_then_bind(target: str) -> None:
-            pod = pods[target]
-            for annotate in before_bind.get(target, ()):
-                await self.annotate_pod(pod, annotate.annotations)
-            if (b := bind_of.get(target)) is not None:
-                await self._bind(pod, self.record(pod), b.k8s_node, b.slurm_node, b.job_id,
-                                 b.annotations)
-
-        bind_of = {kube.key(pod): b for pod, b in binds}
-        targets = list(dict.fromkeys([*before_bind, *bind_of]))
-        results = await asyncio.gather(*(annotate_then_bind(t) for t in targets),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(self._bind(pod, self.record(pod), b.k8s_node, b.slurm_node, b.job_id,
+                         b.annotations) for pod, b in binds), return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
                 raise result

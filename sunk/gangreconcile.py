@@ -101,8 +101,7 @@ class GangReconciler:
             k8s_nodes=self.cluster.index().to_k8s,
             replaced=frozenset(self.executor.memory.replaced.get(found.id, ())),
             withdrawn=frozenset(self.executor.memory.withdrawn.get(found.id, ())),
-            cancelled=frozenset(j for j in self.executor.memory.gang_cancelled
-                                if j == (gang_job.job_id if gang_job else None)),
+            cancelled=frozenset(self.executor.memory.gang_cancelled.get(found.id, ())),
             started_for=started_for,
             waited_for=time.time() - min(live_created, default=time.time()),
             incomplete_after=self.settings.gang_incomplete_timeout,
@@ -198,6 +197,7 @@ class GangReconciler:
             record.note("waiting", plan.waiting)
         if not facts.pods and (facts.job is None or facts.job.view.finished):
             state.gangs.pop(found.key, None)  # every Pod of it is gone
+            self.executor.memory.forget_gang(found.id)
         return record
 
 

@@ -197,8 +197,9 @@ class Scheduler:
         pod = self.cluster.pod(key)
         if pod is None:
             return
-        if self.gangs.claim(pod) is not None:  # a gang's member: its gang decides
-            self.queue.add(self.cluster.gang_of(pod) or key)
+        gang_key = self.cluster.gang_of(pod)
+        if gang_key is not None and self.gangs.claim(pod) is not None:
+            self.queue.add(gang_key)  # a gang's member: its gang decides
             return
         facts = await self._facts(pod)
         record = self._record(pod, facts)
