@@ -160,27 +160,6 @@ def _build_kubernetes(bins: Path, logs: Path) -> dict[str, Path]:
     return outs
 
 
-def _build_etcd(bins: Path, logs: Path) -> Path:
-    out = bins / f"etcd-{ETCD_VERSION}"
-    if out.exists():
-        return out
-    work = cache_root() / "build" / f"etcd-{ETCD_VERSION}"
-    work.mkdir(parents=True, exist_ok=True)
-    env = _go_env(work)
-    log = logs / f"etcd-{ETCD_VERSION}.log"
-    say(f"building etcd {ETCD_VERSION} (first run only: a few minutes)")
-    (work / "go.mod").write_text("module sunk.local/testbed/etcd\n\ngo 1.25.0\n\n"
-                                 f"require go.etcd.io/etcd/server/v3 {ETCD_VERSION}\n")
-    (work / "tools.go").write_text(
-        '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n')
-    _run(["go", "mod", "tidy"], cwd=work, env=env, what="resolving etcd modules", log=log)
-    tmp = out.with_suffix(".tmp")
-    _run(["go", "build", "-trimpath", "-ldflags=-s -w", "-o", str(tmp),
-          "go.etcd.io/etcd/server/v3"], cwd=work, env=env, what="building etcd", log=log)
-    tmp.rename(out)
-    return out
-
-
 def _go_install(bins: Path, logs: Path, name: str, module: str, version: str,
                 ldflags: str = "-s -w") -> Path:
     out = bins / f"{name}-{version}"
@@ -202,7 +181,8 @@ def _build_main(bins: Path, logs: Path, name: str, module: str, version: str, pa
                 ldflags: str) -> Path:
     """A main package built inside a module of our own that requires ``module@version``: for
     modules `go install pkg@version` refuses here (it asks the proxy for the module's version
-    list, to look for a deprecation, and this proxy answers 403)."""
+    list, to look for a deprecation, and this proxy answers 403), and for etcd's server, whose
+    module `go install` will not build from its version alone."""
     out = bins / f"{name}-{version}"
     if out.exists():
         return out
@@ -342,7 +322,8 @@ def build_binaries() -> Binaries:
     bins = cache_root() / "bin"
     logs = cache_root() / "logs"
     bins.mkdir(parents=True, exist_ok=True)
-    etcd = _build_etcd(bins, logs)
+    etcd = _build_main(bins, logs, "etcd", "go.etcd.io/etcd/server/v3", ETCD_VERSION,
+                       "go.etcd.io/etcd/server/v3", "-s -w")
     kubernetes = _build_kubernetes(bins, logs)
     kwok = _go_install(bins, logs, "kwok", "sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION)
     helm = _go_install(bins, logs, "helm", "helm.sh/helm/v3/cmd/helm", HELM_VERSION,
