@@ -30,16 +30,9 @@ from typing import Any
 import httpx
 
 from benchmarks import cpu
-from benchmarks.scheduling import (
-    StartedReports,
-    _bounded,
-    _drain,
-    _kube_client,
-    machine,
-)
-from testbed import cluster, procs
+from benchmarks.bed import StartedReports, bounded, drain, kube_client, machine, on_bed
+from testbed import cluster
 from testbed.errors import TestbedError
-from testbed.scheduler import RunningScheduler, start_scheduler
 
 NAME = "sunk-bench"
 NAMESPACE = "bench-gangs"
@@ -79,7 +72,7 @@ async def raw_phase(slurm: httpx.AsyncClient, size: int, count: int,
 
         return call
 
-    await _bounded([submit(i) for i in range(count)])
+    await bounded([submit(i) for i in range(count)])
     try:
         await asyncio.wait_for(reports.wait_for(count), TIMEOUT)
     except TimeoutError as exc:
@@ -126,7 +119,7 @@ async def sunk_phase(kube: httpx.AsyncClient, size: int, count: int,
                         return
 
     watcher = asyncio.create_task(watch())
-    await _bounded([create(g, r) for g in range(count) for r in range(size)])
+    await bounded([create(g, r) for g in range(count) for r in range(size)])
     try:
         await asyncio.wait_for(watcher, TIMEOUT)
     except TimeoutError as exc:
@@ -149,20 +142,20 @@ async def run(tb: cluster.Testbed, sizes: list[int], count: int,
               log: Path) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
     results = []
     async with httpx.AsyncClient(base_url=tb.slurmrestd_url, headers=tb.slurm_headers(),
-                                 timeout=60) as slurm, _kube_client(tb) as kube:
+                                 timeout=60) as slurm, kube_client(tb) as kube:
         await kube.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
                                                      "metadata": {"name": NAMESPACE}})
         for size in sizes:
-            await _drain(tb, slurm, kube)
+            await drain(tb, slurm, kube)
             print(f"baseline: {count} raw jobs of {size} nodes ...", file=sys.stderr)
             async with StartedReports(tb) as reports:
                 raw = await raw_phase(slurm, size, count, reports)
-                await _drain(tb, slurm, kube)
+                await drain(tb, slurm, kube)
             print(f"sunk: {count} gangs of {size} Pods ...", file=sys.stderr)
             ours = await sunk_phase(kube, size, count, log)
             await kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods",
                                params={"gracePeriodSeconds": "0"})
-            await _drain(tb, slurm, kube)
+            await drain(tb, slurm, kube)
             results.append((size, raw, ours))
     return results
 
@@ -202,29 +195,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace, sizes: list[int]) -> int:
-    started_here = False
-    running: RunningScheduler | None = None
     try:
-        tb = cluster.Testbed.load()
-        if tb is None:
-            tb = cluster.up(node_count=args.nodes)
-            started_here = True
-        elif tb.node_count != args.nodes:
-            raise TestbedError(f"the running test bed has {tb.node_count} nodes, not "
-                               f"{args.nodes}: `python -m testbed down` first")
-        if not procs.port_free(tb.ports["hooks"]):
-            raise TestbedError("another scheduler serves the test bed's hook port "
-                               "(a demo or a test run): stop it first")
-        running = start_scheduler(tb, name=NAME, hooks_port=tb.ports["hooks"])
-        results = asyncio.run(run(tb, sizes, args.gangs, running.log))
+        results = on_bed(args.nodes, NAME,
+                         lambda tb, running: run(tb, sizes, args.gangs, running.log))
     except TestbedError as exc:
         print(f"benchmark: error: {exc}", file=sys.stderr)
         return 1
-    finally:
-        if running is not None:
-            running.stop()
-        if started_here:
-            cluster.down()
     text = report(results, args.nodes, args.gangs)
     print(text)
     if args.markdown:

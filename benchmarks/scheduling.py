@@ -18,9 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
-import ssl
 import sys
 import time
 from dataclasses import dataclass, field
@@ -28,17 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from aiohttp import web
 
 from benchmarks import cpu
-from sunk.placement import LOCK_TAINT
-from testbed import cluster, procs
+from benchmarks.bed import StartedReports, bounded, drain, kube_client, machine, on_bed
+from testbed import cluster
 from testbed.errors import TestbedError
-from testbed.scheduler import RunningScheduler, start_scheduler
 
 NAME = "sunk-bench"
 NAMESPACE = "bench"
-CONCURRENCY = 8
 
 
 @dataclass
@@ -63,22 +57,6 @@ class Phase:
     def line(self) -> str:
         return (f"| {self.name} | {self.count} | {self.wall:.1f} | {self.rate:.1f} | "
                 f"{self.pct(0.5):.2f} | {self.pct(0.99):.2f} |")
-
-
-def _kube_client(tb: cluster.Testbed) -> httpx.AsyncClient:
-    ctx = ssl.create_default_context(cafile=str(tb.pki / "ca.crt"))
-    ctx.load_cert_chain(str(tb.pki / "admin.crt"), str(tb.pki / "admin.key"))
-    return httpx.AsyncClient(base_url=tb.apiserver_url, verify=ctx, timeout=60)
-
-
-async def _bounded(calls: list[Any]) -> None:
-    gate = asyncio.Semaphore(CONCURRENCY)
-
-    async def one(call: Any) -> None:
-        async with gate:
-            await call()
-
-    await asyncio.gather(*(one(c) for c in calls))
 
 
 TIMEOUT = 300.0
@@ -116,65 +94,12 @@ async def baseline(slurm: httpx.AsyncClient, count: int, reports: StartedReports
 
         return call
 
-    await _bounded([submit(i) for i in range(count)])
+    await bounded([submit(i) for i in range(count)])
     await _within(asyncio.create_task(reports.wait_for(count)), started, count,
                   "placeholder jobs started")
     latencies = [started[j] - submitted[j] for j in submitted]
     return Phase("raw Slurm (submit to started)", count, max(started.values()) - t0, latencies,
                  cpu.used(cpu0, cpu.sample()))
-
-
-class StartedReports:
-    """Where the baseline's placeholder scripts report ``started``: the script calls its hook
-    right after appending ``: started`` to the job's extra (the moment sunk binds a Pod), so
-    no polling of Slurm loads the baseline. Any other hook call (``terminating``, when the
-    jobs are cancelled) is told that no Pod belongs to the job, so the job ends at once.
-
-    The baseline's jobs find it through a hooks env file of their own (``SUNK_HOOKS_ENV``);
-    the prolog still locks nodes through the scheduler, as in the sunk phase."""
-
-    def __init__(self, tb: cluster.Testbed) -> None:
-        self.tb = tb
-        self.started: dict[int, float] = {}
-        self.hooks_env = "/tmp/sunk-benchmark-hooks.env"  # inside the chroot
-        self._changed = asyncio.Event()
-        self._runner: web.AppRunner | None = None
-
-    async def __aenter__(self) -> StartedReports:
-        async def on_started(request: web.Request) -> web.Response:
-            self.started.setdefault(int(request.match_info["job"]), time.monotonic())
-            self._changed.set()
-            return web.json_response({"pod": "", "gone": False})
-
-        async def unknown(request: web.Request) -> web.Response:
-            return web.json_response({"detail": "no Pod: a benchmark job"}, status=404)
-
-        app = web.Application()
-        app.router.add_post("/hooks/v1/jobs/{job}/started", on_started)
-        app.router.add_route("*", "/{tail:.*}", unknown)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self._write_env(f"SUNK_HOOK_URL=http://127.0.0.1:{self._runner.addresses[0][1]}\n"
-                        "SUNK_HOOK_TOKEN=benchmark\n")
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        self._write_env(None)
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    def _write_env(self, text: str | None) -> None:
-        path = Path(self.tb.chroot, self.hooks_env.lstrip("/"))
-        if text is None:
-            path.unlink(missing_ok=True)
-        else:
-            path.write_text(text)
-
-    async def wait_for(self, count: int) -> None:
-        while len(self.started) < count:
-            self._changed.clear()
-            await self._changed.wait()
 
 
 async def _api_requests(kube: httpx.AsyncClient) -> dict[str, float]:
@@ -212,7 +137,7 @@ async def through_sunk(kube: httpx.AsyncClient, count: int) -> Phase:
 
     requests0 = await _api_requests(kube)
     watcher = asyncio.create_task(_watch_bound(kube, bound, count))
-    await _bounded([create(i) for i in range(count)])
+    await bounded([create(i) for i in range(count)])
     await _within(watcher, bound, count, "Pods bound")
     latencies = [bound[n] - created[n] for n in created]
     phase = Phase("sunk (Pod created to bound)", count, max(bound.values()) - t0, latencies,
@@ -237,49 +162,22 @@ async def _watch_bound(kube: httpx.AsyncClient, bound: dict[str, float], count: 
                     return
 
 
-async def _drain(tb: cluster.Testbed, slurm: httpx.AsyncClient,
-                 kube: httpx.AsyncClient) -> None:
-    """Cancel every job, and wait until every Slurm node is idle and every node lock is
-    released again: each phase starts from the same quiet cluster, and does not pay for
-    the previous one's unlocking."""
-    tb.slurm("scancel", "--user=root")
-    tb.slurm("scancel", "--user=k8s-pods")
-    for _ in range(300):
-        r = await slurm.get("/slurm/v0.0.42/nodes/")
-        idle = all(n["state"] == ["IDLE"] for n in r.json()["nodes"])
-        nodes = (await kube.get("/api/v1/nodes")).json()["items"]
-        locked = [n for n in nodes if any(t["key"] == LOCK_TAINT
-                                          for t in n["spec"].get("taints") or [])]
-        if idle and not locked:
-            return
-        await asyncio.sleep(0.5)
-    raise TestbedError("Slurm nodes did not go idle, or their locks were not released, after "
-                       "cancelling the benchmark's jobs")
-
-
 async def run(tb: cluster.Testbed, pods: int) -> tuple[Phase, Phase]:
     async with httpx.AsyncClient(base_url=tb.slurmrestd_url, headers=tb.slurm_headers(),
-                                 timeout=60) as slurm, _kube_client(tb) as kube:
+                                 timeout=60) as slurm, kube_client(tb) as kube:
         await kube.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
                                                      "metadata": {"name": NAMESPACE}})
-        await _drain(tb, slurm, kube)
+        await drain(tb, slurm, kube)
         print(f"baseline: {pods} placeholder jobs straight to slurmrestd ...", file=sys.stderr)
         async with StartedReports(tb) as reports:
             raw = await baseline(slurm, pods, reports)
-            await _drain(tb, slurm, kube)
+            await drain(tb, slurm, kube)
         print(f"sunk: {pods} Pods through the API server ...", file=sys.stderr)
         ours = await through_sunk(kube, pods)
         await kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods",
                            params={"gracePeriodSeconds": "0"})
-        await _drain(tb, slurm, kube)
+        await drain(tb, slurm, kube)
         return raw, ours
-
-
-def machine() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in
-                  Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor())
-    return f"{os.cpu_count()} cores ({model}), Python {platform.python_version()}"
 
 
 KUBE_PARTS = ("kube-apiserver", "etcd", "kwok")
@@ -348,29 +246,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    started_here = False
-    running: RunningScheduler | None = None
     try:
-        tb = cluster.Testbed.load()
-        if tb is None:
-            tb = cluster.up(node_count=args.nodes)
-            started_here = True
-        elif tb.node_count != args.nodes:
-            raise TestbedError(f"the running test bed has {tb.node_count} nodes, not "
-                               f"{args.nodes}: `python -m testbed down` first")
-        if not procs.port_free(tb.ports["hooks"]):
-            raise TestbedError("another scheduler serves the test bed's hook port "
-                               "(a demo or a test run): stop it first")
-        running = start_scheduler(tb, name=NAME, hooks_port=tb.ports["hooks"])
-        raw, ours = asyncio.run(run(tb, args.pods))
+        raw, ours = on_bed(args.nodes, NAME, lambda tb, _: run(tb, args.pods))
     except TestbedError as exc:
         print(f"benchmark: error: {exc}", file=sys.stderr)
         return 1
-    finally:
-        if running is not None:
-            running.stop()
-        if started_here:
-            cluster.down()
     text = report(raw, ours, args.nodes)
     print(text)
     print(json.dumps({"raw_per_s": raw.rate, "sunk_per_s": ours.rate,

@@ -1,0 +1,146 @@
+"""What the benchmarks share: the test bed and a scheduler on it, clients, and a quiet cluster
+between phases."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import ssl
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from aiohttp import web
+
+from sunk.placement import LOCK_TAINT
+from testbed import cluster, procs
+from testbed.errors import TestbedError
+from testbed.scheduler import RunningScheduler, start_scheduler
+
+CONCURRENCY = 8
+T = TypeVar("T")
+
+
+def on_bed(nodes: int, name: str,
+           run: Callable[[cluster.Testbed, RunningScheduler], Coroutine[Any, Any, T]]) -> T:
+    """``run`` against a test bed of ``nodes`` nodes (the running one, or one started and
+    stopped here) with a scheduler ``name`` on the bed's hook port. Raises TestbedError."""
+    started_here = False
+    running: RunningScheduler | None = None
+    try:
+        tb = cluster.Testbed.load()
+        if tb is None:
+            tb = cluster.up(node_count=nodes)
+            started_here = True
+        elif tb.node_count != nodes:
+            raise TestbedError(f"the running test bed has {tb.node_count} nodes, not "
+                               f"{nodes}: `python -m testbed down` first")
+        if not procs.port_free(tb.ports["hooks"]):
+            raise TestbedError("another scheduler serves the test bed's hook port "
+                               "(a demo or a test run): stop it first")
+        running = start_scheduler(tb, name=name, hooks_port=tb.ports["hooks"])
+        return asyncio.run(run(tb, running))
+    finally:
+        if running is not None:
+            running.stop()
+        if started_here:
+            cluster.down()
+
+
+def kube_client(tb: cluster.Testbed) -> httpx.AsyncClient:
+    ctx = ssl.create_default_context(cafile=str(tb.pki / "ca.crt"))
+    ctx.load_cert_chain(str(tb.pki / "admin.crt"), str(tb.pki / "admin.key"))
+    return httpx.AsyncClient(base_url=tb.apiserver_url, verify=ctx, timeout=60)
+
+
+async def bounded(calls: list[Any]) -> None:
+    gate = asyncio.Semaphore(CONCURRENCY)
+
+    async def one(call: Any) -> None:
+        async with gate:
+            await call()
+
+    await asyncio.gather(*(one(c) for c in calls))
+
+
+class StartedReports:
+    """Where the baseline's placeholder scripts report ``started``: the script calls its hook
+    right after appending ``: started`` to the job's extra (the moment sunk binds a Pod), so
+    no polling of Slurm loads the baseline. Any other hook call (``terminating``, when the
+    jobs are cancelled) is told that no Pod belongs to the job, so the job ends at once.
+
+    The baseline's jobs find it through a hooks env file of their own (``SUNK_HOOKS_ENV``);
+    the prolog still locks nodes through the scheduler, as in the sunk phase."""
+
+    def __init__(self, tb: cluster.Testbed) -> None:
+        self.tb = tb
+        self.started: dict[int, float] = {}
+        self.hooks_env = "/tmp/sunk-benchmark-hooks.env"  # inside the chroot
+        self._changed = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+
+    async def __aenter__(self) -> StartedReports:
+        async def on_started(request: web.Request) -> web.Response:
+            self.started.setdefault(int(request.match_info["job"]), time.monotonic())
+            self._changed.set()
+            return web.json_response({"pod": "", "gone": False})
+
+        async def unknown(request: web.Request) -> web.Response:
+            return web.json_response({"detail": "no Pod: a benchmark job"}, status=404)
+
+        app = web.Application()
+        app.router.add_post("/hooks/v1/jobs/{job}/started", on_started)
+        app.router.add_route("*", "/{tail:.*}", unknown)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self._write_env(f"SUNK_HOOK_URL=http://127.0.0.1:{self._runner.addresses[0][1]}\n"
+                        "SUNK_HOOK_TOKEN=benchmark\n")
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        self._write_env(None)
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def _write_env(self, text: str | None) -> None:
+        path = Path(self.tb.chroot, self.hooks_env.lstrip("/"))
+        if text is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(text)
+
+    async def wait_for(self, count: int) -> None:
+        while len(self.started) < count:
+            self._changed.clear()
+            await self._changed.wait()
+
+
+async def drain(tb: cluster.Testbed, slurm: httpx.AsyncClient,
+                 kube: httpx.AsyncClient) -> None:
+    """Cancel every job, and wait until every Slurm node is idle and every node lock is
+    released again: each phase starts from the same quiet cluster, and does not pay for
+    the previous one's unlocking."""
+    tb.slurm("scancel", "--user=root")
+    tb.slurm("scancel", "--user=k8s-pods")
+    for _ in range(300):
+        r = await slurm.get("/slurm/v0.0.42/nodes/")
+        idle = all(n["state"] == ["IDLE"] for n in r.json()["nodes"])
+        nodes = (await kube.get("/api/v1/nodes")).json()["items"]
+        locked = [n for n in nodes if any(t["key"] == LOCK_TAINT
+                                          for t in n["spec"].get("taints") or [])]
+        if idle and not locked:
+            return
+        await asyncio.sleep(0.5)
+    raise TestbedError("Slurm nodes did not go idle, or their locks were not released, after "
+                       "cancelling the benchmark's jobs")
+
+
+def machine() -> str:
+    model = next((line.split(":", 1)[1].strip() for line in
+                  Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    return f"{os.cpu_count()} cores ({model}), Python {platform.python_version()}"
