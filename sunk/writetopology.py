@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output", type=Path, default=None, help="default: standard output")
     try:
         return asyncio.run(_run(p.parse_args(argv)))
-    except kube.KubeError as exc:
+    except (kube.KubeError, OSError, ValueError) as exc:  # no credentials, API, output file
         print(f"writetopology: error: {exc}", file=sys.stderr)
         return 1
 
