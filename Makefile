@@ -4,12 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint up down status clean chart-sync
+.PHONY: demo test lint up down status clean chart-sync image chart lock
 
-$(STAMP): pyproject.toml
+# The locked dependencies (every hash checked), then sunk itself from the checkout.
+$(STAMP): pyproject.toml requirements-dev.lock
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -U pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q --require-hashes -r requirements-dev.lock
+	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
 
 ## The local cluster (real kube-apiserver + kwok, real Slurm), sunk-scheduler with its
@@ -42,6 +44,22 @@ status: $(STAMP)
 
 clean: down
 	rm -rf $(VENV)
+
+## dist/sunk-<version>.oci.tar: the scheduler's image, from Debian's packages, without a
+## container daemon (needs root, debootstrap and binutils); the same commit gives the same digest.
+image: $(STAMP)
+	$(BIN)/python -m release.image
+
+## dist/sunk-<version>.tgz: the Helm chart, linted, versioned from pyproject.toml.
+chart: $(STAMP)
+	$(BIN)/python -m release.chart
+
+## Re-resolve requirements.lock (the image's) and requirements-dev.lock (CI's) from pyproject.toml.
+lock: $(STAMP)
+	$(BIN)/uv pip compile pyproject.toml --universal --generate-hashes --python-version 3.11 \
+	  --no-header -q -o requirements.lock
+	$(BIN)/uv pip compile pyproject.toml --extra dev --universal --generate-hashes \
+	  --python-version 3.11 --no-header -q -o requirements-dev.lock
 
 ## Copy policies/ and sunk/scripts/ into the chart (a unit test fails when they differ).
 chart-sync:
