@@ -83,9 +83,20 @@ def plain_pod(name: str, namespace: str, node: TestbedNode, **meta: Any) -> dict
 
 async def precious_pod(kube: Client, namespace: str, node: TestbedNode) -> None:
     """A Pod on ``node`` that may not be evicted. No disruption controller runs here, so the
-    API server refuses (429) every eviction of a Pod that a PodDisruptionBudget selects, as a
-    budget allowing no disruption does: a lock of that node never completes."""
+    API server refuses (429) every eviction of a running Pod that a PodDisruptionBudget
+    selects, as a budget allowing no disruption does: a lock of that node never completes.
+    Returns once kwok has the Pod running: the API server evicts a Pending Pod whatever its
+    budget says, so a lock taken before that would clear the node after all."""
     await create(kube, plain_pod("precious", namespace, node, labels={"app": "precious"}))
+
+    async def running() -> bool:
+        pod = await get_pod(kube, namespace, "precious")
+        status = (pod or {}).get("status") or {}
+        ready = any(c["type"] == "Ready" and c["status"] == "True"
+                    for c in status.get("conditions") or [])
+        return status.get("phase") == "Running" and ready
+
+    await eventually(running, within=30)
     pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
            "metadata": {"name": "precious", "namespace": namespace},
            "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "precious"}}}}
