@@ -12,8 +12,8 @@ daemon, into ``dist/sunk-<version>.oci.tar``.
 5. One layer and the archive written by :mod:`release.oci`, every mtime clamped to
    ``SOURCE_DATE_EPOCH`` (the commit's time): the same commit and packages, the same digest.
 
-Needs root (debootstrap and chroot), debootstrap, binutils' ``strip`` and network access to a
-Debian archive and PyPI, all of which the CI machine has.
+Needs root (debootstrap and chroot) and network access to a Debian archive and PyPI; installs
+debootstrap and binutils (``strip``) with apt when they are missing.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ from pathlib import Path
 
 from release import oci
 from release.project import DIST, REPO, revision, say, source_date_epoch, version
+
+# The test bed's Slurm chroot comes from the same Debian archive, with the same host tools.
+from testbed.build import debian_mirror, ensure_host_packages
 
 SUITE = "trixie"
 #: What the image is made of; debootstrap's other packages are removed once Python is in.
@@ -68,12 +71,6 @@ def run(cmd: list[str], *, what: str, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
-def debian_mirror() -> str:
-    # The test bed's chroot comes from the same archive; its lookup is shared.
-    from testbed.build import debian_mirror as mirror
-    return mirror()
-
-
 # -- 1. the Debian base, cached --------------------------------------------------------------
 
 
@@ -83,9 +80,6 @@ def base_rootfs() -> Path:
     root = cache_root() / f"debian-{SUITE}-{key}"
     if (root / ".sunk-ready").exists():
         return root
-    for tool in ("debootstrap", "strip"):
-        if shutil.which(tool) is None:
-            raise SystemExit(f"release: {tool} is needed (apt-get install debootstrap binutils)")
     if os.geteuid() != 0:
         raise SystemExit("release: building the image needs root (debootstrap, chroot)")
     tmp = root.with_name(root.name + ".tmp")
@@ -169,17 +163,22 @@ def remove_packages(root: Path, remove: set[str], packages: list[Package]) -> No
             path = _inside(root, listed)
             if path in kept_paths or listed in ("/.", "/"):
                 continue
-            (dirs if path.is_dir() and not path.is_symlink() else files).append(path)
+            if path.is_symlink():
+                target = resolve_inside(root, path)
+                if target is not None and target.is_dir():
+                    continue  # a directory to dpkg (/lib -> usr/lib), which keeps full ones
+                files.append(path)
+            else:
+                (dirs if path.is_dir() else files).append(path)
     for path in files:
         path.unlink(missing_ok=True)
     for path in sorted(set(dirs), key=lambda p: len(p.parts), reverse=True):
         if path.exists() and not any(path.iterdir()):
             path.rmdir()
     info = root / "var/lib/dpkg/info"
-    for package in remove:
-        for entry in info.glob(f"{package}.*"):
-            entry.unlink()
-        for entry in info.glob(f"{package}:amd64.*"):
+    for entry in list(info.iterdir()):
+        # <package>[:<arch>].<kind>; a kind has no dot, a package name may (python3.13)
+        if entry.name.rpartition(".")[0].partition(":")[0] in remove:
             entry.unlink()
     status = "\n\n".join(p.stanza for p in packages if p.name not in remove)
     (root / "var/lib/dpkg/status").write_text(status + "\n")
@@ -196,16 +195,33 @@ def _tree(root: Path) -> list[Path]:
 def remove_dangling_links(root: Path) -> None:
     """Links left pointing at removed files (update-alternatives' among them)."""
     for path in _tree(root):
-        if path.is_symlink() and not _link_target(root, path).exists():
+        if path.is_symlink() and resolve_inside(root, path) is None:
             path.unlink()
 
 
-def _link_target(root: Path, link: Path) -> Path:
-    """Where ``link`` points inside ``root`` (absolute targets are the image's paths)."""
-    target = os.readlink(link)
-    if target.startswith("/"):
-        return root / target.lstrip("/")
-    return link.parent / target
+def resolve_inside(root: Path, path: Path, hops: int = 40) -> Path | None:
+    """Where ``path`` (under ``root``) leads when every link is read as the image reads it,
+    an absolute target starting again at ``root``; None if it leads nowhere (or loops)."""
+    current = root
+    for part in path.relative_to(root).parts:
+        step = current / part
+        if step.is_symlink():
+            if hops <= 0:
+                return None
+            target = os.readlink(step)
+            base = root if target.startswith("/") else current
+            joined = Path(os.path.normpath(base / target.lstrip("/")))
+            if joined != root and root not in joined.parents:
+                joined = root  # ".." above the image's root stays at its root
+            resolved = resolve_inside(root, joined, hops - 1)
+            if resolved is None:
+                return None
+            current = resolved
+        elif step.exists():
+            current = step
+        else:
+            return None
+    return current
 
 
 def trim(root: Path) -> None:
@@ -361,6 +377,7 @@ def archive_path() -> Path:
 
 def build(out: Path | None = None) -> oci.Image:
     epoch = source_date_epoch()
+    ensure_host_packages(("debootstrap", "debootstrap"), ("strip", "binutils"))
     base = base_rootfs()
     work = REPO / "build" / "image"
     shutil.rmtree(work, ignore_errors=True)

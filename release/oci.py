@@ -85,8 +85,9 @@ def write_layer(root: Path, out_dir: Path, epoch: int) -> Layer:
         for path in _walk(root):
             arcname = path.relative_to(root).as_posix()
             info = tar.gettarinfo(str(path), arcname)
-            if info.type in (tarfile.CHRTYPE, tarfile.BLKTYPE, tarfile.FIFOTYPE):
-                continue  # device nodes and pipes are the runtime's to make
+            if info is None or info.type in (tarfile.CHRTYPE, tarfile.BLKTYPE,
+                                             tarfile.FIFOTYPE):
+                continue  # sockets, device nodes and pipes are the runtime's to make
             info.mtime = min(int(info.mtime), epoch)
             info.uname = info.gname = ""
             info.pax_headers = {}

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tarfile
 from pathlib import Path
@@ -340,3 +341,15 @@ def test_clamped_tree_and_layer_agree(tmp_path: Path) -> None:
     layer = oci.write_layer(root, tmp_path / "blobs", EPOCH)
     with tarfile.open(fileobj=io.BytesIO(layer.blob.data_path.read_bytes()), mode="r:gz") as t:
         assert t.getmember("bin/tool").mtime == EPOCH
+
+
+def test_a_socket_in_the_tree_is_left_out(tmp_path: Path) -> None:
+    def add_socket(root: Path) -> None:
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(str(root / "etc/control.sock"))
+        server.close()
+
+    layer, _ = build(tmp_path, change=add_socket)
+    names = members(layer)
+    assert "etc/control.sock" not in names
+    assert "etc/config" in names
