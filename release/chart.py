@@ -14,12 +14,13 @@ import sys
 from pathlib import Path
 
 from release.project import DIST, REPO, say, version
+from testbed.build import build_binaries
 
 CHART = REPO / "charts" / "sunk"
 
 
 def helm_binary() -> Path:
-    from testbed.build import build_binaries
+    """The test bed's helm, built from its Go module (cached after the first build)."""
     return build_binaries().helm
 
 

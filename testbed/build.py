@@ -357,7 +357,8 @@ def check_suite(suite: str) -> None:
                            + ", ".join(f"{s} (Slurm {v})" for s, v in SLURM_SUITES.items()))
 
 
-def _ensure_host_packages(*commands: tuple[str, str]) -> None:
+def ensure_host_packages(*commands: tuple[str, str]) -> None:
+    """Install, with apt, the Debian package of each (command, package) whose command is missing."""
     missing = [pkg for cmd, pkg in commands if shutil.which(cmd) is None]
     if not missing:
         return
@@ -374,7 +375,7 @@ def build_chroot(suite: str) -> Path:
     root = cache_root() / f"chroot-{suite}"
     if (root / ".sunk-ready").exists():
         return root
-    _ensure_host_packages(("debootstrap", "debootstrap"))
+    ensure_host_packages(("debootstrap", "debootstrap"))
     if root.exists():
         shutil.rmtree(root)
     tmp = root.with_name(root.name + ".tmp")

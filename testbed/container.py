@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from testbed.build import ensure_host_packages
 from testbed.errors import TestbedError
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -41,8 +42,9 @@ RUNTIME = "runc"
 TOOLS = {"skopeo": "skopeo", "umoci": "umoci", "runc": "runc"}
 
 
-def missing_tools() -> list[str]:
-    return [pkg for tool, pkg in TOOLS.items() if shutil.which(tool) is None]
+def ensure_tools() -> None:
+    """Install skopeo, umoci and runc with apt if they are missing."""
+    ensure_host_packages(*TOOLS.items())
 
 
 def _run(cmd: list[str], what: str) -> str:
@@ -61,8 +63,7 @@ def image_config(archive: Path) -> dict[str, Any]:
 
 def unpack(archive: Path, ref: str, directory: Path) -> Path:
     """The image in ``archive`` as a runtime bundle (``rootfs`` and ``config.json``)."""
-    if missing := missing_tools():
-        raise TestbedError(f"running the image needs: apt-get install {' '.join(missing)}")
+    ensure_tools()
     layout, bundle = directory / "layout", directory / "bundle"
     shutil.rmtree(layout, ignore_errors=True)
     shutil.rmtree(bundle, ignore_errors=True)
@@ -97,10 +98,10 @@ def resolve_env(container: dict[str, Any], pod: PodIdentity,
     out = []
     for entry in container.get("env") or []:
         name = entry["name"]
-        if "value" in entry:
-            out.append(f"{name}={entry['value']}")
+        if "valueFrom" not in entry:  # a value, or none: an empty variable
+            out.append(f"{name}={entry.get('value', '')}")
             continue
-        source = entry.get("valueFrom") or {}
+        source = entry["valueFrom"] or {}
         if "fieldRef" in source:
             path = source["fieldRef"]["fieldPath"]
             if path not in fields:
@@ -206,6 +207,11 @@ def write_volume(volume: dict[str, Any], directory: Path, objects: dict[str, dic
         items = spec.get("items") or [{"key": k, "path": k} for k in sorted(data)]
         mode = spec.get("defaultMode", 0o644)
         for item in items:
+            if item["key"] not in data:
+                if spec.get("optional"):
+                    continue
+                raise TestbedError(f"volume {volume['name']}: {kind} {name} has no key "
+                                   f"{item['key']}")
             path = target / item["path"]
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(data[item["key"]])

@@ -26,6 +26,7 @@ import yaml
 
 from release import chart as release_chart
 from release import image as release_image
+from release.oci import Image
 from release.project import REPO, version
 from sunk.kube import Client
 from testbed import build, cluster, container, procs
@@ -67,6 +68,8 @@ class Installed:
     scheduler: str
     ports: dict[str, int]
     dashboard_token: str
+    image: Image
+    workdir: Path
 
 
 async def _json(kube: Client, method: str, url: str, *, namespace: str | None = None,
@@ -160,9 +163,8 @@ async def installed(testbed: cluster.Testbed, kube: Client, slurm: httpx.AsyncCl
     if not procs.port_free(testbed.ports["hooks"]):
         pytest.fail("another scheduler serves the test bed's hook port; this module runs "
                     "before the session's scheduler starts (it sorts early) or on its own")
-    if missing := container.missing_tools():
-        pytest.fail(f"running the image needs: apt-get install {' '.join(missing)}")
     container.ensure_root()
+    container.ensure_tools()
     workdir = tmp_path_factory.mktemp("install")
     image = release_image.build(workdir / f"sunk-{version()}.oci.tar")
     chart = release_chart.package(workdir / "chart")
@@ -224,7 +226,8 @@ async def installed(testbed: cluster.Testbed, kube: Client, slurm: httpx.AsyncCl
                                       workdir / "container.log")
         running.start(config)
         dashboard = objects.get("secret/sunk-dashboard", {}).get("token", "")
-        yield Installed(pod, spec, running, f"{NAMESPACE}-sunk", ports, dashboard)
+        yield Installed(pod, spec, running, f"{NAMESPACE}-sunk", ports, dashboard, image,
+                        workdir)
     finally:
         if running is not None:
             await _clean_up(kube, slurm, running)
@@ -275,6 +278,16 @@ async def _readyz(installed: Installed) -> str | None:
 
 
 # -- the tests, in order: they share one installed release ----------------------------------
+
+
+def test_the_image_is_small_and_a_second_build_gives_the_same_digest(
+        installed: Installed) -> None:
+    """Reproducible: the same commit and Debian packages give the same bytes (the first
+    build is the one running; this one starts from the same cached Debian base)."""
+    again = release_image.build(installed.workdir / "again.oci.tar")
+    assert again.digest == installed.image.digest
+    assert again.archive.read_bytes() == installed.image.archive.read_bytes()
+    assert installed.image.uncompressed_size <= 150 * 1024 * 1024
 
 
 async def test_the_image_runs_with_the_rendered_arguments_user_and_read_only_root(

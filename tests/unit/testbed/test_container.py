@@ -426,3 +426,21 @@ def test_decode_secret() -> None:
     assert c.decode_secret(secret) == {"jwt": "a.b.c", "ca.crt": "é\n"}
     assert c.decode_secret({}) == {}
     assert c.decode_secret({"data": None}) == {}
+
+
+def test_resolve_env_an_entry_with_only_a_name_is_an_empty_variable() -> None:
+    pod = c.PodIdentity("p", "ns", "uid-1", "sa")
+    assert c.resolve_env({"env": [{"name": "EMPTY"}, {"name": "A", "value": "1"}]}, pod,
+                         {}) == ["EMPTY=", "A=1"]
+
+
+def test_write_volume_an_item_missing_from_the_object(tmp_path: Path) -> None:
+    objects = {"secret/s": {"present": "yes"}}
+    items = [{"key": "absent", "path": "a"}, {"key": "present", "path": "p"}]
+    with pytest.raises(TestbedError, match="has no key absent"):
+        c.write_volume({"name": "v", "secret": {"secretName": "s", "items": items}},
+                       tmp_path, objects)
+    written = c.write_volume({"name": "v", "secret": {"secretName": "s", "items": items,
+                                                      "optional": True}}, tmp_path, objects)
+    assert written is not None
+    assert sorted(p.name for p in written.iterdir()) == ["p"]
