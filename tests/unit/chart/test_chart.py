@@ -285,6 +285,10 @@ def test_leader_election_comes_with_more_than_one_replica(helm: Path) -> None:
     assert "sunk.coreweave.com/leader" not in metrics
     forced = render(helm, {"scheduler.leaderElection.enabled": True})
     assert "--leader-elect" in args(forced)
+    # Without a Lease an update must not overlap two schedulers; with one, rolling is safe.
+    assert only(single, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    assert "strategy" not in only(pair, "Deployment")["spec"]
+    assert "strategy" not in only(forced, "Deployment")["spec"]
     env = {e["name"]: e for e in container(pair)["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
