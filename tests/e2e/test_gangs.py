@@ -483,7 +483,18 @@ async def test_a_prolog_failing_on_one_node_has_the_held_job_replaced_and_the_ga
             jobs = await live_jobs(slurm, job_name)
             return jobs if jobs and jobs[0]["job_id"] != held["job_id"] else None
 
-        await eventually(replaced, within=cluster.LOCK_TIMEOUT + 60)
+        try:
+            await eventually(replaced, within=cluster.LOCK_TIMEOUT + 60)
+        except TimeoutError:
+            # Seen twice in CI, never alone: say what Slurm and the Pods were doing.
+            pods = [(p or {}).get("spec", {}).get("nodeName") for p in
+                    await pods_of(kube, namespace, names)]
+            raise AssertionError(
+                f"job {held['job_id']} not replaced; members' nodes {pods}; failing node "
+                f"{failing.slurm_name}\n"
+                + testbed.slurm("scontrol", "show", "job", str(held["job_id"]))
+                + testbed.slurm("squeue", "-o", "%i %j %T %r %N")
+                + testbed.slurm("sinfo", "-N", "-o", "%N %T %E")) from None
         assert held["job_id"] not in [j["job_id"] for j in await live_jobs(slurm, job_name)]
         reasons = {e["reason"] for e in await events_for(kube, namespace, names[0])}
         assert "GangJobReplaced" in reasons
