@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 
 from sunk.kube import Client, KubeError
 from sunk.kube import close as close_api
-from testbed import cluster
+from testbed import build, cluster
 from testbed.errors import TestbedError
 
 __all__ = ["close_api"]  # sunk.kube.close, under the name the tests use
@@ -125,3 +128,50 @@ async def quiet(slurm: httpx.AsyncClient, testbed: cluster.Testbed,
             with contextlib.suppress(TestbedError):  # not drained: nothing to lift
                 testbed.slurm("scontrol", "update", f"nodename={node}", "state=resume")
         await eventually(idle, within=30)
+
+
+async def call_json(kube: Client, method: str, url: str, *, namespace: str | None = None,
+                    version: str = "v1", **kwargs: Any) -> dict[str, Any]:
+    """One call; its JSON answer (empty for none). An error answer raises KubeError."""
+    async with call_api(kube, method, version=version, namespace=namespace, url=url,
+                        **kwargs) as r:
+        body: dict[str, Any] = r.json() if r.content else {}
+        return body
+
+
+#: What a test namespace may hold (Pods first: their jobs end with them).
+NAMESPACED_KINDS = (("pods", "v1"), ("secrets", "v1"), ("configmaps", "v1"),
+                    ("serviceaccounts", "v1"), ("leases", "coordination.k8s.io/v1"),
+                    ("deployments", "apps/v1"), ("roles", "rbac.authorization.k8s.io/v1"),
+                    ("rolebindings", "rbac.authorization.k8s.io/v1"))
+
+
+async def remove_namespace(kube: Client, name: str) -> None:
+    """Delete what is in it and finalize it: the test bed has no namespace controller, so
+    objects left in a finalized namespace would come back with the next one of that name."""
+    for kind, api_version in NAMESPACED_KINDS:
+        async with call_api(kube, "DELETE", namespace=name, url=kind, version=api_version,
+                            params={"gracePeriodSeconds": "0"}, raise_for_status=False):
+            pass
+    async with call_api(kube, "DELETE", url=f"namespaces/{name}", raise_for_status=False):
+        pass
+    async with call_api(kube, "PUT", url=f"namespaces/{name}/finalize", raise_for_status=False,
+                        json={"apiVersion": "v1", "kind": "Namespace",
+                              "metadata": {"name": name}, "spec": {"finalizers": []}}):
+        pass
+
+
+def helm_env(home: Path) -> dict[str, str]:
+    """helm's configuration, cache and data under ``home`` (none of the machine's)."""
+    return {"HELM_CONFIG_HOME": str(home / "config"), "HELM_CACHE_HOME": str(home / "cache"),
+            "HELM_DATA_HOME": str(home / "data")}
+
+
+def helm(testbed: cluster.Testbed, home: Path, *args: str) -> str:
+    """The test bed's helm against the test bed; its output, or an assertion naming why not."""
+    done = subprocess.run([str(build.build_binaries().helm), *args,
+                           f"--kubeconfig={testbed.kubeconfig}"], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **helm_env(home)},
+                          check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout

@@ -29,17 +29,20 @@ import httpx
 import pytest
 
 from sunk.kube import Client, connect
-from testbed import build, cluster, pki, procs
+from testbed import cluster, pki, procs
 from testbed.scheduler import GPU_TYPES, REPO
 from testbed.topology import SLURM_NAMESPACE
 from tests.e2e.helpers import (
     call_api,
+    call_json,
     close_api,
     create,
     events_for,
     eventually,
     get_pod,
+    helm,
     pod_manifest,
+    remove_namespace,
     wait_bound,
 )
 
@@ -139,16 +142,8 @@ async def wait_ready(replica: Replica, within: float = 60) -> str:
                          + replica.log.read_text()[-3000:])
 
 
-async def call(kube: Client, method: str, url: str, *, namespace: str | None = None,
-               version: str = "v1", **kwargs: Any) -> dict[str, Any]:
-    async with call_api(kube, method, version=version, namespace=namespace, url=url,
-                        **kwargs) as r:
-        body: dict[str, Any] = r.json() if r.content else {}
-        return body
-
-
 async def lease_holder(kube: Client, namespace: str) -> str:
-    lease = await call(kube, "GET", f"leases/{RELEASE}", namespace=namespace,
+    lease = await call_json(kube, "GET", f"leases/{RELEASE}", namespace=namespace,
                        version="coordination.k8s.io/v1")
     return str(lease["spec"].get("holderIdentity") or "")
 
@@ -159,33 +154,14 @@ async def leader_pod(kube: Client, namespace: str) -> str:
 
 
 async def labelled_leaders(kube: Client, namespace: str) -> list[str]:
-    body = await call(kube, "GET", "pods", namespace=namespace,
+    body = await call_json(kube, "GET", "pods", namespace=namespace,
                       params={"labelSelector": f"{LEADER}=true"})
     return sorted(p["metadata"]["name"] for p in body["items"])
 
 
 async def make_namespace(kube: Client, name: str) -> None:
-    await call(kube, "POST", "namespaces",
+    await call_json(kube, "POST", "namespaces",
                json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-
-
-async def remove_namespace(kube: Client, name: str) -> None:
-    """Delete its Pods at once and finalize it (the test bed has no namespace controller)."""
-    await call(kube, "DELETE", "pods", namespace=name, params={"gracePeriodSeconds": "0"})
-    await call(kube, "DELETE", f"namespaces/{name}")
-    await call(kube, "PUT", f"namespaces/{name}/finalize",
-               json={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name},
-                     "spec": {"finalizers": []}})
-
-
-def helm(testbed: cluster.Testbed, home: Path, *args: str) -> str:
-    env = {**os.environ, "HELM_CONFIG_HOME": str(home / "config"),
-           "HELM_CACHE_HOME": str(home / "cache"), "HELM_DATA_HOME": str(home / "data")}
-    done = subprocess.run([str(build.build_binaries().helm), *args,
-                           f"--kubeconfig={testbed.kubeconfig}"],
-                          capture_output=True, text=True, timeout=120, env=env, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
 
 
 async def our_jobs(slurm: httpx.AsyncClient, namespaces: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -222,7 +198,7 @@ async def release(testbed: cluster.Testbed, kube: Client, slurm: httpx.AsyncClie
         helm(testbed, workdir, "install", RELEASE, str(CHART), "--namespace", namespace,
              "--values", str(workdir / "values.json"))
         installed = True
-        deployment = await call(kube, "GET", f"deployments/{RELEASE}", namespace=namespace,
+        deployment = await call_json(kube, "GET", f"deployments/{RELEASE}", namespace=namespace,
                                 version="apps/v1")
         pod_spec = deployment["spec"]["template"]["spec"]
         # What the kubelet would mount: the Secrets' keys as files.
@@ -230,7 +206,7 @@ async def release(testbed: cluster.Testbed, kube: Client, slurm: httpx.AsyncClie
         for volume in pod_spec["volumes"]:
             if "secret" not in volume:
                 continue
-            secret = await call(kube, "GET", f"secrets/{volume['secret']['secretName']}",
+            secret = await call_json(kube, "GET", f"secrets/{volume['secret']['secretName']}",
                                 namespace=namespace)
             key = volume["secret"]["items"][0]["key"]
             path = workdir / f"{volume['name']}.token"
@@ -238,7 +214,7 @@ async def release(testbed: cluster.Testbed, kube: Client, slurm: httpx.AsyncClie
             files[volume["name"].removesuffix("-token")] = path
         # The Deployment's ServiceAccount, and a token for it, as a Pod would get it.
         account = pod_spec["serviceAccountName"]
-        minted = await call(kube, "POST", f"serviceaccounts/{account}/token",
+        minted = await call_json(kube, "POST", f"serviceaccounts/{account}/token",
                             namespace=namespace,
                             json={"apiVersion": "authentication.k8s.io/v1",
                                   "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
@@ -278,7 +254,7 @@ async def _clean_up(rel: Release, kube: Client, slurm: httpx.AsyncClient) -> Non
     try:
         if any(r.alive() for r in rel.replicas.values()):
             for ns in (*rel.watched, rel.unwatched):
-                await call(kube, "DELETE", "pods", namespace=ns,
+                await call_json(kube, "DELETE", "pods", namespace=ns,
                            params={"gracePeriodSeconds": "0"})
 
             async def settled() -> bool:
@@ -286,7 +262,7 @@ async def _clean_up(rel: Release, kube: Client, slurm: httpx.AsyncClient) -> Non
                 if any(set(j["job_state"]) & {"PENDING", "RUNNING", "COMPLETING"}
                        for j in jobs):
                     return False
-                nodes = (await call(kube, "GET", "nodes"))["items"]
+                nodes = (await call_json(kube, "GET", "nodes"))["items"]
                 return not any(t["key"] == "sunk.coreweave.com/lock"
                                for n in nodes for t in n["spec"].get("taints") or [])
 
@@ -334,7 +310,7 @@ async def test_editing_the_policies_configmap_changes_behaviour_without_a_restar
     pids = {pod: r.process.pid for pod, r in release.replicas.items()}
     url = f"configmaps/{RELEASE}-policies"
     merge = {"Content-Type": "application/merge-patch+json"}
-    await call(kube, "PATCH", url, namespace=release.namespace, headers=merge,
+    await call_json(kube, "PATCH", url, namespace=release.namespace, headers=merge,
                json={"data": {"50-deny-labelled.yaml": DENY_POLICY}})
     await asyncio.sleep(1)  # the watch delivers the edit at once; reloading is quick
     denied = pod_manifest("denied", ns, release.scheduler)
@@ -351,7 +327,7 @@ async def test_editing_the_policies_configmap_changes_behaviour_without_a_restar
 
     await eventually(denied_event, within=10)
     # And back: the edit that removes the policy lets the same kind of Pod through.
-    await call(kube, "PATCH", url, namespace=release.namespace, headers=merge,
+    await call_json(kube, "PATCH", url, namespace=release.namespace, headers=merge,
                json={"data": {"50-deny-labelled.yaml": None}})
     await asyncio.sleep(1)
     allowed = pod_manifest("allowed", ns, release.scheduler)
@@ -384,9 +360,9 @@ async def test_policies_see_the_pods_namespace(release: Release, kube: Client) -
     ns = release.watched[1]
     url = f"configmaps/{RELEASE}-policies"
     merge = {"Content-Type": "application/merge-patch+json"}
-    await call(kube, "PATCH", url, namespace=release.namespace, headers=merge,
+    await call_json(kube, "PATCH", url, namespace=release.namespace, headers=merge,
                json={"data": {"50-frozen.yaml": FROZEN_POLICY}})
-    await call(kube, "PATCH", f"namespaces/{ns}", headers=merge,
+    await call_json(kube, "PATCH", f"namespaces/{ns}", headers=merge,
                json={"metadata": {"labels": {FROZEN_LABEL: "yes"}}})
     try:
         await asyncio.sleep(1)  # the policy and the Namespace's label reach the caches
@@ -397,13 +373,13 @@ async def test_policies_see_the_pods_namespace(release: Release, kube: Client) -
             return ((pod or {}).get("metadata", {}).get("annotations") or {}).get(REJECTED)
 
         assert await eventually(rejected, within=30) == "NamespaceFrozen"
-        await call(kube, "PATCH", f"namespaces/{ns}", headers=merge,
+        await call_json(kube, "PATCH", f"namespaces/{ns}", headers=merge,
                    json={"metadata": {"labels": {FROZEN_LABEL: None}}})
         await asyncio.sleep(1)
         await create(kube, pod_manifest("thawed", ns, release.scheduler))
         await wait_bound(kube, ns, "thawed", within=60)
     finally:
-        await call(kube, "PATCH", url, namespace=release.namespace, headers=merge,
+        await call_json(kube, "PATCH", url, namespace=release.namespace, headers=merge,
                    json={"data": {"50-frozen.yaml": None}})
 
 

@@ -33,10 +33,14 @@ from testbed import build, cluster, container, procs
 from testbed.topology import SLURM_NAMESPACE
 from tests.e2e.helpers import (
     call_api,
+    call_json,
     create,
     eventually,
     get_pod,
+    helm,
+    helm_env,
     kube_list,
+    remove_namespace,
     wait_bound,
 )
 
@@ -72,14 +76,6 @@ class Installed:
     workdir: Path
 
 
-async def _json(kube: Client, method: str, url: str, *, namespace: str | None = None,
-                version: str = "v1", **kwargs: Any) -> dict[str, Any]:
-    async with call_api(kube, method, version=version, namespace=namespace, url=url,
-                        **kwargs) as r:
-        body: dict[str, Any] = r.json() if r.content else {}
-        return body
-
-
 async def _objects(kube: Client, pod_spec: dict[str, Any], namespace: str) -> dict[str, dict[
         str, str]]:
     """The Secrets and ConfigMaps the Pod spec names, decoded, keyed ``secret/<name>``."""
@@ -105,24 +101,6 @@ async def _objects(kube: Client, pod_spec: dict[str, Any], namespace: str) -> di
     return out
 
 
-async def _remove_namespace(kube: Client, name: str) -> None:
-    """Delete what is in it and finalize it: the test bed has no namespace controller, so
-    objects left in a finalized namespace would come back with the next one of that name."""
-    for kind, api_version in (("pods", "v1"), ("secrets", "v1"), ("configmaps", "v1"),
-                          ("serviceaccounts", "v1"), ("leases", "coordination.k8s.io/v1"),
-                          ("deployments", "apps/v1"), ("roles", "rbac.authorization.k8s.io/v1"),
-                          ("rolebindings", "rbac.authorization.k8s.io/v1")):
-        async with call_api(kube, "DELETE", namespace=name, url=kind, version=api_version,
-                            params={"gracePeriodSeconds": "0"}, raise_for_status=False):
-            pass
-    async with call_api(kube, "DELETE", url=f"namespaces/{name}", raise_for_status=False):
-        pass
-    async with call_api(kube, "PUT", url=f"namespaces/{name}/finalize", raise_for_status=False,
-                        json={"apiVersion": "v1", "kind": "Namespace",
-                              "metadata": {"name": name}, "spec": {"finalizers": []}}):
-        pass
-
-
 def _run_guide(testbed: cluster.Testbed, workdir: Path, chart: Path) -> None:
     bins = build.build_binaries()
     path = workdir / "bin"
@@ -133,8 +111,7 @@ def _run_guide(testbed: cluster.Testbed, workdir: Path, chart: Path) -> None:
     (workdir / "dist" / chart.name).symlink_to(chart)
     env = {"PATH": f"{path}:{os.environ['PATH']}", "HOME": str(workdir),
            "KUBECONFIG": str(testbed.kubeconfig),
-           "HELM_CONFIG_HOME": str(workdir / "helm"), "HELM_CACHE_HOME": str(workdir / "helm"),
-           "HELM_DATA_HOME": str(workdir / "helm"),
+           **helm_env(workdir / "helm"),
            "REGISTRY": "localhost/sunk-test", "VERSION": version(), "NAMESPACE": NAMESPACE,
            "SLURMRESTD_URL": testbed.slurmrestd_url, "SLURM_JWT": testbed.slurm_token,
            "HOOK_TOKEN": testbed.hook_token, "HOOK_PORT": str(testbed.ports["hooks"]),
@@ -146,15 +123,6 @@ def _run_guide(testbed: cluster.Testbed, workdir: Path, chart: Path) -> None:
                               capture_output=True, text=True, timeout=180, check=False)
         assert done.returncode == 0, f"install block {i + 1} failed:\n{block}\n" \
                                      f"{done.stdout}{done.stderr}"
-
-
-def _helm_uninstall(testbed: cluster.Testbed, workdir: Path) -> None:
-    subprocess.run([str(build.build_binaries().helm), "uninstall", "sunk", "--namespace",
-                    NAMESPACE, f"--kubeconfig={testbed.kubeconfig}"],
-                   capture_output=True, check=False, timeout=120,
-                   env={**os.environ, "HELM_CONFIG_HOME": str(workdir / "helm"),
-                        "HELM_CACHE_HOME": str(workdir / "helm"),
-                        "HELM_DATA_HOME": str(workdir / "helm")})
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +141,7 @@ async def installed(testbed: cluster.Testbed, kube: Client, slurm: httpx.AsyncCl
     try:
         _run_guide(testbed, workdir, chart)
         guide_ran = True
-        deployment = await _json(kube, "GET", "deployments/sunk", namespace=NAMESPACE,
+        deployment = await call_json(kube, "GET", "deployments/sunk", namespace=NAMESPACE,
                                  version="apps/v1")
         pod_spec = deployment["spec"]["template"]["spec"]
         (spec,) = pod_spec["containers"]
@@ -192,7 +160,7 @@ async def installed(testbed: cluster.Testbed, kube: Client, slurm: httpx.AsyncCl
         pod = container.PodIdentity(name, NAMESPACE, stand_in["metadata"]["uid"],
                                     pod_spec["serviceAccountName"])
         objects = await _objects(kube, pod_spec, NAMESPACE)
-        minted = await _json(kube, "POST", f"serviceaccounts/{pod.service_account}/token",
+        minted = await call_json(kube, "POST", f"serviceaccounts/{pod.service_account}/token",
                              namespace=NAMESPACE,
                              json={"apiVersion": "authentication.k8s.io/v1",
                                    "kind": "TokenRequest",
@@ -234,8 +202,8 @@ async def installed(testbed: cluster.Testbed, kube: Client, slurm: httpx.AsyncCl
             log = running.log.read_text(errors="replace") if running.log.exists() else ""
             print(f"--- the container's log (last 3000 characters) ---\n{log[-3000:]}")
         if guide_ran:
-            _helm_uninstall(testbed, workdir)
-        await _remove_namespace(kube, NAMESPACE)
+            helm(testbed, workdir / "helm", "uninstall", "sunk", "--namespace", NAMESPACE)
+        await remove_namespace(kube, NAMESPACE)
 
 
 async def _clean_up(kube: Client, slurm: httpx.AsyncClient,
@@ -316,7 +284,7 @@ async def test_the_image_runs_with_the_rendered_arguments_user_and_read_only_roo
 async def test_it_passes_readiness_and_wins_the_leader_election(
         installed: Installed, kube: Client) -> None:
     assert await eventually(lambda: _readyz(installed), within=90) == "ok"
-    lease = await _json(kube, "GET", "leases/sunk", namespace=NAMESPACE,
+    lease = await call_json(kube, "GET", "leases/sunk", namespace=NAMESPACE,
                         version="coordination.k8s.io/v1")
     assert lease["spec"]["holderIdentity"].rpartition("_")[0] == installed.pod.name
 
