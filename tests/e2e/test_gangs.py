@@ -54,6 +54,20 @@ def block(testbed: cluster.Testbed, nodes: list[TestbedNode]) -> str:
                          "--job-name=gang-blocker", "--wrap=sleep 600").strip()
 
 
+async def end_gang(kube: Client, slurm: httpx.AsyncClient, namespace: str, names: list[str],
+                   job_name: str) -> None:
+    """Delete the gang's Pods and wait until its job has ended (its scheduler still running)."""
+    for pod in names:
+        async with call_api(kube, "DELETE", namespace=namespace, url=f"pods/{pod}",
+                            params={"gracePeriodSeconds": "0"}, raise_for_status=False):
+            pass
+
+    async def ended() -> bool:
+        return not await live_jobs(slurm, job_name)
+
+    await eventually(ended, within=60)
+
+
 async def jobs_named(slurm: httpx.AsyncClient, name: str) -> list[dict[str, Any]]:
     listed = (await slurm.get("/slurm/v0.0.42/jobs/")).json()["jobs"]
     return [j for j in listed if j["name"] == name]
@@ -391,6 +405,9 @@ async def test_kill_9_between_submit_and_the_last_bind_resumes_the_same_gang(
         assert job["job_id"] == submitted["job_id"]
         assert [j["job_id"] for j in await jobs_named(slurm, job_name)] == [job["job_id"]]
     finally:
+        # This scheduler alone owns the job: end it before stopping, or it holds the second
+        # block (the session's scheduler leaves another scheduler's job alone) into later tests.
+        await end_gang(kube, slurm, namespace, names, job_name)
         restarted.stop()
 
 

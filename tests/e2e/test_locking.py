@@ -87,6 +87,12 @@ async def precious_pod(kube: Client, namespace: str, node: TestbedNode) -> None:
     selects, as a budget allowing no disruption does: a lock of that node never completes.
     Returns once kwok has the Pod running: the API server evicts a Pending Pod whatever its
     budget says, so a lock taken before that would clear the node after all."""
+
+    async def unlocked() -> bool:  # else it is evicted at once, to finish an earlier lock
+        found = await kube.request("GET", f"nodes/{node.k8s_name}")
+        return not any(t["key"] == LOCK for t in found["spec"].get("taints") or [])
+
+    await eventually(unlocked, within=30)
     await create(kube, plain_pod("precious", namespace, node, labels={"app": "precious"}))
 
     async def running() -> bool:
