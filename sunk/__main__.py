@@ -113,6 +113,7 @@ async def run(settings: Settings) -> None:
             tasks.create_task(watch_policies())
             tasks.create_task(serve(create_app(built.dashboard, **settings.dashboard_auth()),
                                     settings.dashboard_bind_address))
+            tasks.create_task(built.dashboard.record_trends())
     except* leader.LeadershipLost as lost:
         raise leader.LeadershipLost(str(lost.exceptions[0])) from None
     finally:

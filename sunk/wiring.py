@@ -24,16 +24,25 @@ from sunk.slurm.client import SlurmClient
 from sunk.slurm.job import Job
 from sunk.slurmwatch import SlurmWatch
 from sunk.state import SchedulerState
+from sunk.supervise import forever
 from sunk.syncer import Syncer
+from sunk.trends import TrendRecorder, record
 
 
 class DashboardSource:
     """What the dashboard reads (``web.protocol.SchedulerView``): the cluster model, read-only,
-    and a Pod's Events, the one call to the API server the dashboard makes."""
+    a Pod's Events, the one call to the API server the dashboard makes, and the scheduler's
+    own throughput and latency over the last hour (:meth:`record_trends` records them)."""
 
-    def __init__(self, cluster: Cluster, policies: PolicyStore) -> None:
+    def __init__(self, cluster: Cluster, policies: PolicyStore,
+                 trends: TrendRecorder | None = None) -> None:
         self.cluster = cluster
         self.policies = policies
+        self.trends = trends if trends is not None else TrendRecorder()
+
+    async def record_trends(self) -> None:
+        """Sample the metrics for :attr:`trends` every 10 s, as long as the process lives."""
+        await forever("recording the dashboard's trends", lambda: record(self.trends))
 
     @property
     def state(self) -> SchedulerState:
