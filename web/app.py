@@ -44,7 +44,7 @@ from litestar.types import (
     Send,
 )
 
-from web import gangs, nodes, pods, policies
+from web import gangs, nodes, pods, policies, trends
 from web.formatting import clock, duration, mebibytes, pretty_json
 from web.protocol import SchedulerView
 from web.summary import summary
@@ -60,6 +60,7 @@ from web.viewmodels import (
     PodList,
     PolicyView,
     Summary,
+    Trends,
 )
 
 HERE: Final = Path(__file__).parent
@@ -236,6 +237,7 @@ def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
     """The dashboard of ``scheduler``; ``auth_token`` and ``basic_auth`` as
     :func:`auth_from_env` reads them (neither: no authentication)."""
     fetch_events = cached_events(scheduler)
+    header_plots = trends.cached_plots(scheduler)
 
     def now() -> float:
         return time.time()
@@ -245,8 +247,8 @@ def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
         """The whole page, or for htmx's refresh only its ``_name.html`` part (plus the header,
         swapped out of band); a history restore gets the whole page."""
         partial = bool(request.htmx) and not request.htmx.history_restore_request
-        context = {**context, "summary": summary(scheduler, now()), "page": name,
-                   "oob": partial}
+        context = {**context, "summary": summary(scheduler, now()),
+                   "trends": header_plots(), "page": name, "oob": partial}
         template = f"_{name}_partial.html" if partial else f"{name}.html"
         return Template(template_name=template, context=context, status_code=status_code,
                         headers=_NO_STORE)
@@ -365,10 +367,17 @@ def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
         """The policy set in force and the last reload's problems."""
         return policies.policies(scheduler)
 
+    @get("/api/v1/trends", sync_to_thread=False, tags=["dashboard"])
+    def api_trends() -> Trends:
+        """The scheduler's own throughput and latency over the last hour, from its metrics:
+        one sample per interval (10 s), oldest first; the latency quantiles are approximate,
+        at the resolution of the histogram's buckets. The header's plots."""
+        return trends.trends(scheduler)
+
     return Litestar(
         route_handlers=[index, pods_page, pod_page, gangs_page, gang_page, nodes_page,
                         policies_page, api_summary, api_pods, api_pod, api_gangs, api_gang,
-                        api_nodes, api_policies,
+                        api_nodes, api_policies, api_trends,
                         create_static_files_router("/static", directories=[STATIC])],
         template_config=TemplateConfig(
             instance=JinjaTemplateEngine.from_environment(_environment())),

@@ -46,6 +46,62 @@ class PolicySource(Protocol):
     def engine(self) -> PolicyEngine: ...
 
 
+class LatencyView(Protocol):
+    """``sunk.trends.Latency``: one histogram's observations within one interval (seconds;
+    ``p50`` and ``p99`` at bucket resolution; None when nothing was observed)."""
+
+    @property
+    def count(self) -> float: ...
+
+    @property
+    def mean(self) -> float | None: ...
+
+    @property
+    def p50(self) -> float | None: ...
+
+    @property
+    def p99(self) -> float | None: ...
+
+
+class TrendPointView(Protocol):
+    """``sunk.trends.TrendPoint``: what the scheduler did in the ``seconds`` up to ``at``."""
+
+    @property
+    def at(self) -> float: ...
+
+    @property
+    def seconds(self) -> float: ...
+
+    @property
+    def bound(self) -> float: ...
+
+    @property
+    def submitted(self) -> float: ...
+
+    @property
+    def rejected(self) -> float: ...
+
+    @property
+    def latency(self) -> LatencyView: ...
+
+    @property
+    def gang_latency(self) -> LatencyView: ...
+
+
+class TrendsSource(Protocol):
+    """``sunk.trends.TrendRecorder``: a point every ``interval`` seconds, for the last
+    ``window`` seconds, oldest first."""
+
+    @property
+    def interval(self) -> float: ...
+
+    @property
+    def window(self) -> float: ...
+
+    @property
+    def points(self) -> Sequence[TrendPointView]: ...
+
+
 class SchedulerView(Protocol):
     """What the dashboard reads of the scheduler; ``sunk.wiring.DashboardSource`` satisfies it."""
 
@@ -66,6 +122,11 @@ class SchedulerView(Protocol):
 
     @property
     def pod_informers(self) -> Sequence[InformerView]: ...
+
+    @property
+    def trends(self) -> TrendsSource:
+        """The scheduler's own throughput and latency over the last hour, from its metrics."""
+        ...
 
     @property
     def node_informer(self) -> InformerView: ...

@@ -274,3 +274,41 @@ class PolicyView:
     error_at: datetime.datetime | None
     #: Expressions that failed on Pods lately, newest first.
     evaluation_errors: list[EvaluationErrorView] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class LatencySample:
+    """One latency histogram's observations within one interval, in seconds. ``p50`` and
+    ``p99`` are approximate: at the resolution of the histogram's buckets. None when no
+    observation fell in the interval."""
+
+    count: int
+    mean_seconds: float | None
+    p50_seconds: float | None
+    p99_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class TrendSample:
+    """What the scheduler did in the ``seconds`` up to ``at``, from its own metrics."""
+
+    at: datetime.datetime
+    seconds: float
+    pods_bound: int
+    pods_bound_per_minute: float
+    jobs_submitted: int
+    pods_rejected: int
+    #: ``sunk_pod_creation_to_bound_seconds`` of the Pods bound in the interval.
+    bound_latency: LatencySample
+    #: ``sunk_gang_start_to_bound_seconds`` of the gangs whose last member was bound in it.
+    gang_latency: LatencySample
+
+
+@dataclass(frozen=True, slots=True)
+class Trends:
+    """The scheduler's throughput and latency over the last ``window_seconds``, one sample
+    every ``interval_seconds``, oldest first (none before the first interval has passed)."""
+
+    interval_seconds: float
+    window_seconds: float
+    samples: list[TrendSample]

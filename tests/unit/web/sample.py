@@ -25,6 +25,7 @@ from sunk.servers import serve
 from sunk.settings import Settings
 from sunk.slurm.job import Job
 from sunk.state import GangMember, GangRecord, PodRecord, SchedulerState, Transition
+from sunk.trends import Latency, Reading, TrendPoint, TrendRecorder
 from web import create_app
 
 
@@ -114,6 +115,8 @@ class StaticScheduler:
     events_delay: float = 0.0
     #: Kubernetes Node -> what the Pods that stay there request.
     requests: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: The scheduler's throughput and latency (empty: no sample yet); :func:`sample_trends`.
+    trends: TrendRecorder = field(default_factory=lambda: TrendRecorder(reader=Reading))
 
     def node_requests(self, node: str) -> Mapping[str, int]:
         return self.requests.get(node, {})
@@ -232,6 +235,7 @@ def sample(pods: int = 1000, nodes: int = 100, *, gangs: int = 0, seed: int = 1,
     s = StaticScheduler()
     s.state.kube_healthy = s.state.slurm_healthy = True
     s.state.started = now - 7200
+    s.trends = sample_trends(now, seed=seed)
     busy: list[tuple[str, str]] = []  # where the sample's bound Pods run
     for i in range(nodes):
         gres = "h100" if i % 2 == 0 else "a100"
@@ -316,6 +320,27 @@ def sample(pods: int = 1000, nodes: int = 100, *, gangs: int = 0, seed: int = 1,
                        waiting="members disagree on the gang's size: 2, 3",
                        members=[(f"{name.split(':')[1]}-{r}", r, "", "") for r in ranks[:2]])
     return s
+
+
+def sample_trends(now: float, *, seed: int = 1, minutes: float = 60) -> TrendRecorder:
+    """The last ``minutes`` of a busy scheduler, one point every 10 s: a few Pods bound per
+    interval, latency around a second with a slowdown a third of the way in, and intervals in
+    which nothing was bound (latency unknown)."""
+    rng = random.Random(seed)
+    recorder = TrendRecorder(reader=Reading)
+    count = int(minutes * 60 / recorder.interval)
+    for i in range(count):
+        at = now - (count - 1 - i) * recorder.interval
+        slow = 3.0 if count // 3 <= i < count // 3 + 12 else 1.0
+        bound = 0 if i % 17 == 3 else rng.randint(2, 12)
+        p50 = rng.uniform(0.6, 1.2) * slow
+        latency = (Latency(bound, p50 * 1.1, p50, p50 * rng.uniform(2, 4)) if bound
+                   else Latency())
+        recorder.points.append(TrendPoint(at=at, seconds=recorder.interval, bound=bound,
+                                          submitted=bound + rng.randint(0, 2),
+                                          rejected=rng.choice((0, 0, 0, 1)),
+                                          latency=latency, gang_latency=Latency()))
+    return recorder
 
 
 def broken_policies(generation: int = 3) -> StaticPolicies:

@@ -425,7 +425,8 @@ async def test_openapi_has_the_api_and_not_the_pages(client: Client) -> None:
     schema = (await client.get("/schema/openapi.json")).json()
     assert set(schema["paths"]) == {
         "/api/v1/summary", "/api/v1/pods", "/api/v1/pods/{namespace}/{name}", "/api/v1/nodes",
-        "/api/v1/policies", "/api/v1/gangs", "/api/v1/gangs/{namespace}/{name}"}
+        "/api/v1/policies", "/api/v1/gangs", "/api/v1/gangs/{namespace}/{name}",
+        "/api/v1/trends"}
     params = {p["name"] for p in schema["paths"]["/api/v1/pods"]["get"]["parameters"]}
     assert params == {"namespace", "state", "q", "limit"}
     assert "PodRow" in schema["components"]["schemas"]
@@ -440,7 +441,8 @@ async def test_read_only(client: Client) -> None:
 # -- authentication -----------------------------------------------------------------------------
 
 PATHS = ["/pods", "/pods/team-a/waiting-1", "/nodes", "/policies", "/gangs", "/api/v1/pods",
-         "/api/v1/gangs", "/api/v1/summary", "/schema/openapi.json", "/static/htmx.min.js"]
+         "/api/v1/gangs", "/api/v1/summary", "/api/v1/trends", "/schema/openapi.json",
+         "/static/htmx.min.js"]
 
 
 def basic(user: str, password: str) -> dict[str, str]:
