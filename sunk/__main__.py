@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from sunk import kube, leader, policywatch
 from sunk.hooks import create_hooks_app
 from sunk.policy import PolicyLoadError, PolicyStore
+from sunk.profiling import OnDemandProfiler
 from sunk.servers import metrics_app, probes_app, serve
 from sunk.settings import Settings, from_args
 from sunk.slurm.client import SlurmClient
@@ -152,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, task.cancel)
+        OnDemandProfiler().install(loop)
         with contextlib.suppress(asyncio.CancelledError):
             await run(settings)
 

@@ -1,0 +1,43 @@
+"""Profile the running scheduler on demand: SIGUSR1 starts cProfile, SIGUSR2 stops it and
+writes the profile (pstats format) to ``$SUNK_PROFILE`` (default
+``/tmp/sunk-scheduler-<pid>.prof``).
+
+The profiler counts CPU time (``time.process_time``), not wall time: on a busy machine a
+wall-clock sampler charges a call with the time the process waited for a core, which lands
+on whatever call woke another process (a socket write). The benchmarks use it to profile one
+phase of a run (``python -m benchmarks.scheduling --profile``)."""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import logging
+import os
+import signal
+import time
+
+log = logging.getLogger("sunk.profiling")
+
+
+class OnDemandProfiler:
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path or os.environ.get("SUNK_PROFILE") or (
+            f"/tmp/sunk-scheduler-{os.getpid()}.prof")
+        self._profile: cProfile.Profile | None = None
+
+    def start(self) -> None:
+        if self._profile is None:
+            self._profile = cProfile.Profile(time.process_time)
+            self._profile.enable()
+            log.info("profiling started (CPU time); SIGUSR2 writes it to %s", self.path)
+
+    def stop(self) -> None:
+        if self._profile is not None:
+            self._profile.disable()
+            self._profile.dump_stats(self.path)
+            self._profile = None
+            log.info("profile written to %s", self.path)
+
+    def install(self, loop: asyncio.AbstractEventLoop) -> None:
+        loop.add_signal_handler(signal.SIGUSR1, self.start)
+        loop.add_signal_handler(signal.SIGUSR2, self.stop)
