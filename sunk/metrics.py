@@ -32,3 +32,7 @@ NODE_CAPACITY_MISMATCH = Gauge(
     "sunk_node_capacity_mismatch", "What Slurm's node definition offers minus what Kubernetes "
     "leaves for Slurm (allocatable minus the slurmd and DaemonSet Pods' requests); 0 when they "
     "agree, above 0 when Slurm may place more than the Node holds", ["node", "resource"])
+SLURM_REQUESTS = Counter("sunk_slurm_requests_total", "Calls to slurmrestd, by what they ask",
+                         ["call"])
+KUBE_REQUESTS = Counter("sunk_kube_requests_total", "Calls to the API server (watches included), "
+                        "by verb and resource", ["verb", "resource"])

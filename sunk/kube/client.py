@@ -23,6 +23,8 @@ import kr8s.asyncio
 import msgspec
 from httpx_aiohttp import HttpxAiohttpClient
 
+from sunk import metrics
+
 log = logging.getLogger("sunk.kube")
 
 Obj = dict[str, Any]
@@ -83,6 +85,23 @@ def api_path(url: str, *, namespace: str | None = None, version: str = "v1") -> 
         parts += ["namespaces", namespace]
     parts.append(url)
     return "/".join(parts)
+
+
+def resource(path: str) -> str:
+    """The resource a request path names, for the request counter: ``pods``,
+    ``pods/binding``, ``events``, ``nodes`` (``/version``: the path itself)."""
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    if parts[0] == "api":
+        parts = parts[2:]
+    elif parts[0] == "apis":
+        parts = parts[3:]
+    else:
+        return "/" + "/".join(parts)
+    if len(parts) >= 2 and parts[0] == "namespaces" and len(parts) != 2:
+        parts = parts[2:]  # a namespaced resource (namespaces/<ns> alone is the Namespace)
+    if not parts:
+        return "/"
+    return parts[0] + (f"/{parts[2]}" if len(parts) >= 3 else "")
 
 
 def _message(response: httpx.Response) -> str:
@@ -167,6 +186,7 @@ class Client:
         """One call, its answer read whatever its status (for callers that judge the status
         themselves). Raises KubeError with status 0 if the server cannot be reached."""
         path = api_path(url, namespace=namespace, version=version)
+        metrics.KUBE_REQUESTS.labels(method, resource(path)).inc()
         try:
             for attempt in (1, 2):
                 session, seen = await self._current()
@@ -211,6 +231,7 @@ class Client:
         """A streamed GET (a watch), read line by line with no read timeout. An error answer
         raises KubeError with its status; a dropped stream raises KubeError with status 0."""
         path = api_path(url, namespace=namespace, version=version)
+        metrics.KUBE_REQUESTS.labels("WATCH", resource(path)).inc()
         async with contextlib.AsyncExitStack() as stack:
             try:
                 for attempt in (1, 2):

@@ -18,6 +18,7 @@ import httpx
 import msgspec
 from httpx_aiohttp import HttpxAiohttpClient
 
+from sunk import metrics
 from sunk.slurm.job import Job
 from sunk.slurm.text import permanent_error
 
@@ -78,7 +79,9 @@ class SlurmClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    async def _call(self, method: str, path: str, call: str, **kwargs: Any) -> dict[str, Any]:
+        """``call`` names the request for the request counter (``GET /job/{id}``)."""
+        metrics.SLURM_REQUESTS.labels(call).inc()
         headers = {"X-SLURM-USER-NAME": self._user, "X-SLURM-USER-TOKEN": self._token()}
         try:
             r = await self._http.request(method, self._prefix + path, headers=headers, **kwargs)
@@ -101,13 +104,13 @@ class SlurmClient:
         return body
 
     async def submit(self, job: dict[str, Any]) -> int:
-        body = await self._call("POST", "/job/submit", json={"job": job})
+        body = await self._call("POST", "/job/submit", "POST /job/submit", json={"job": job})
         return int(body["job_id"])
 
     async def job(self, job_id: int) -> Job | None:
         """One job, or None if Slurm no longer knows it."""
         try:
-            body = await self._call("GET", f"/job/{job_id}")
+            body = await self._call("GET", f"/job/{job_id}", "GET /job/{id}")
         except SlurmError as exc:
             if exc.status == 404 or "Invalid job id" in str(exc):
                 return None
@@ -117,12 +120,12 @@ class SlurmClient:
 
     async def all_jobs(self) -> list[Job]:
         """Every job Slurm knows, in full (about 18 kB each): for start-up only."""
-        body = await self._call("GET", "/jobs/")
+        body = await self._call("GET", "/jobs/", "GET /jobs/")
         return [Job.from_api(j) for j in body.get("jobs") or []]
 
     async def job_states(self) -> dict[int, str]:
         """Every job's id and state: the cheap listing, about 80 bytes a job."""
-        body = await self._call("GET", "/jobs/state/")
+        body = await self._call("GET", "/jobs/state/", "GET /jobs/state/")
         states: dict[int, str] = {}
         for j in body.get("jobs") or []:
             if not isinstance(j, dict):
@@ -133,16 +136,16 @@ class SlurmClient:
 
     async def cancel(self, job_id: int) -> None:
         try:
-            await self._call("DELETE", f"/job/{job_id}")
+            await self._call("DELETE", f"/job/{job_id}", "DELETE /job/{id}")
         except SlurmError as exc:
             if exc.status == 404 or "Invalid job id" in str(exc) or "already completed" in str(exc):
                 return
             raise
 
     async def nodes(self) -> list[dict[str, Any]]:
-        body = await self._call("GET", "/nodes/")
+        body = await self._call("GET", "/nodes/", "GET /nodes/")
         nodes: list[dict[str, Any]] = body.get("nodes") or []
         return nodes
 
     async def update_node(self, name: str, fields: dict[str, Any]) -> None:
-        await self._call("POST", f"/node/{name}", json=fields)
+        await self._call("POST", f"/node/{name}", "POST /node/{name}", json=fields)

@@ -349,7 +349,7 @@ async def test_slurm_answers_are_a_body_or_a_slurm_error(status: int, body: Any)
     client = SlurmClient("http://slurm.invalid", token=lambda: "t",
                          transport=httpx.MockTransport(answer))
     try:
-        got = await client._call("GET", "/ping/")
+        got = await client._call("GET", "/ping/", "GET /ping/")
     except SlurmError as exc:
         errors = body.get("errors") if isinstance(body, dict) else None
         listed = [e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else []
@@ -374,7 +374,7 @@ async def test_odd_error_numbers_are_not_numbers() -> None:
     client = SlurmClient("http://slurm.invalid", token=lambda: "t",
                          transport=httpx.MockTransport(answer))
     try:
-        await client._call("POST", "/job/submit")
+        await client._call("POST", "/job/submit", "POST /job/submit")
     except SlurmError as exc:
         assert exc.numbers == (2018, 2045) and exc.permanent
         assert exc.slurm_message.endswith("Invalid node name specified; Invalid account")
