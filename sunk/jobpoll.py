@@ -23,13 +23,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sunk.decide import FINISHED_STATES
 
 
+class Known(Protocol):
+    """What the poller knows of a job it follows (the job table's records have it: no copy
+    of every job is made per poll)."""
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def started(self) -> bool: ...
+    @property
+    def checked_at(self) -> float: ...
+    @property
+    def reason(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class Followed:
-    """What the poller knows of a job it follows."""
+    """What the poller knows of a job it follows (a plain :class:`Known`)."""
 
     state: str
     started: bool
@@ -49,14 +64,20 @@ class PollPlan:
     gone: list[int] = field(default_factory=list)
 
 
-def plan_poll(followed: Mapping[int, Followed], states: Mapping[int, str], *, now: float,
+#: Pending jobs whose details (why they wait) are read per second, whatever the queue's length:
+#: 10,000 pending jobs must not mean 10,000 reads per refresh.
+PENDING_READS_PER_SECOND = 2.0
+
+
+def plan_poll(followed: Mapping[int, Known], states: Mapping[int, str], *, now: float,
               asked: Set[int], detail_every: float = 5.0, pending_first: float = 1.0,
-              pending_every: float = 30.0, pending_per_poll: int = 5) -> PollPlan:
+              pending_every: float = 30.0, pending_per_poll: int = 1) -> PollPlan:
     """``states``: Slurm's answer, job id -> state. ``asked``: the jobs followed when the
     poll was sent (a job submitted while it was in flight is not missing from it). Pending
-    jobs are refreshed a few per poll, longest unread first: many may wait at once."""
+    jobs are read at most ``pending_per_poll`` per poll, never-read ones first, then the
+    longest unread: many may wait at once."""
     plan = PollPlan()
-    stale_pending: list[tuple[float, int]] = []
+    stale_pending: list[tuple[bool, float, int]] = []
     for job_id, known in followed.items():
         state = states.get(job_id)
         if state is None:
@@ -69,8 +90,8 @@ def plan_poll(followed: Mapping[int, Followed], states: Mapping[int, str], *, no
             continue
         elif state == "PENDING":
             if now - known.checked_at >= (pending_every if known.reason else pending_first):
-                stale_pending.append((known.checked_at, job_id))
+                stale_pending.append((bool(known.reason), known.checked_at, job_id))
         elif not known.started and now - known.checked_at >= detail_every:
             plan.fetch.append(job_id)
-    plan.fetch += [job_id for _, job_id in sorted(stale_pending)[:pending_per_poll]]
+    plan.fetch += [job_id for _, _, job_id in sorted(stale_pending)[:pending_per_poll]]
     return plan

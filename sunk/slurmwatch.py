@@ -121,9 +121,9 @@ class SlurmWatch:
         """Apply one poll: changed states wake their Pods, gone jobs are forgotten, and the
         few jobs whose details matter are read."""
         now = time.monotonic()
-        followed = {job_id: jobpoll.Followed(job.state, job.started, job.checked_at, job.reason)
-                    for job_id, job in self.jobs.jobs.items()}
-        plan = jobpoll.plan_poll(followed, states, now=now, asked=asked)
+        per_poll = max(1, round(jobpoll.PENDING_READS_PER_SECOND * self.interval))
+        plan = jobpoll.plan_poll(self.jobs.jobs, states, now=now, asked=asked,
+                                 pending_per_poll=per_poll)
         for job_id, state in plan.changed.items():
             changed = self.jobs.jobs[job_id]
             changed.state, changed.checked_at = state, now

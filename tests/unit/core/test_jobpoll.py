@@ -52,3 +52,12 @@ def test_ended_jobs_need_nothing_more() -> None:
     followed = {1: Followed("CANCELLED", False, 0.0)}
     plan = plan_poll(followed, {1: "CANCELLED"}, now=1000.0, asked={1})
     assert (plan.fetch, plan.changed, plan.gone) == ([], {}, [])
+
+
+def test_never_read_pending_jobs_come_before_refreshes_and_one_poll_reads_one_by_default() -> None:
+    followed = {1: Followed("PENDING", False, 0.0, reason="Priority"),
+                2: Followed("PENDING", False, 50.0), 3: Followed("PENDING", False, 40.0)}
+    states = dict.fromkeys(followed, "PENDING")
+    assert plan_poll(followed, states, now=100.0, asked=set(followed)).fetch == [3]
+    assert plan_poll(followed, states, now=100.0, asked=set(followed),
+                     pending_per_poll=3).fetch == [3, 2, 1]
