@@ -250,6 +250,7 @@ class Executor:
                          existing)
                 return existing
         newest = jobs.newest_id()
+        sent = time.monotonic()
         try:
             job_id = await self.slurm.submit(job)
         except SlurmError as exc:
@@ -260,6 +261,7 @@ class Executor:
         self.learn(Job(job_id=job_id, name=job["name"], state="PENDING", extra=job["extra"],
                        nodes="", reason="", raw={}, admin_comment=job["admin_comment"]))
         jobs.by_uid[uid] = job_id  # ... and the newest submission is the Pod's job
+        jobs.submitted_at[job_id] = sent
         return job_id
 
     async def _reject(self, pod: kube.Obj, record: PodRecord, reason: str, message: str) -> None:
@@ -291,10 +293,23 @@ class Executor:
         metrics.PODS_BOUND.inc()
         if record.time_to_bound is not None:
             metrics.BIND_LATENCY.observe(record.time_to_bound)
-        log.info("pod %s: bound to %s (Slurm node %s)", kube.key(pod), k8s_node, slurm_node)
+        log.info("pod %s: bound to %s (Slurm node %s)%s", kube.key(pod), k8s_node, slurm_node,
+                 self._timings(job_id))
         self.pod_event(pod, record, "Scheduled",
                        f"Successfully assigned {kube.key(pod)} to {k8s_node} "
                        f"(Slurm node {slurm_node}, job {job_id})")
+
+    def _timings(self, job_id: int) -> str:
+        """How long the job took to start and the binding to follow, for the log (what the
+        benchmarks read: sunk's own delay, apart from Slurm's)."""
+        jobs, now = self.cluster.jobs, time.monotonic()
+        started, submitted = jobs.started_at.get(job_id), jobs.submitted_at.get(job_id)
+        if started is None:
+            return ""
+        took = f" {now - started:.3f}s after job {job_id} started"
+        if submitted is not None:
+            took += f" ({started - submitted:.3f}s after its submission)"
+        return took
 
     async def cancel(self, job_id: int, key: str, why: str) -> None:
         await self.slurm.cancel(job_id)

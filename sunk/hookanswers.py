@@ -111,6 +111,7 @@ class HookAnswers:
         if found is None:
             return None
         who, pods = found
+        self.cluster.jobs.heard_started(job_id)
         fresh = await self._fresh_job(job_id)
         if fresh.state != "RUNNING":
             raise HookRefused(409, f"Slurm shows job {job_id} {fresh.state.lower()}, not "

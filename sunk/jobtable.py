@@ -8,6 +8,7 @@ user's job that copies a placeholder's ``extra`` never passes for a Pod's job.
 from __future__ import annotations
 
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,6 +40,12 @@ class JobTable:
         #: Pod uids and gang member ids of other sunk schedulers' placeholders seen locking a
         #: node (the newest few thousand: only jobs starting now matter).
         self._elsewhere: OrderedDict[str, None] = OrderedDict()
+        #: The highest id in ``jobs``, kept as jobs come (None: recount, its job was forgotten).
+        self._newest: int | None = 0
+        #: Job id -> when the scheduler submitted it and when it heard the job start
+        #: (monotonic seconds): the timings its Pod's binding is logged with.
+        self.submitted_at: dict[int, float] = {}
+        self.started_at: dict[int, float] = {}
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -87,6 +94,10 @@ class JobTable:
             if self.by_uid.get(displaced.uid) == job.job_id:
                 del self.by_uid[displaced.uid]
         self.jobs[job.job_id] = job
+        if self._newest is not None and job.job_id > self._newest:
+            self._newest = job.job_id
+        if job.started:
+            self.started_at.setdefault(job.job_id, time.monotonic())
         newest = self.by_uid.get(who.uid)
         if newest is None or job.job_id >= newest or newest not in self.jobs:
             self.by_uid[who.uid] = job.job_id
@@ -114,6 +125,10 @@ class JobTable:
     def forget(self, job_id: int) -> Job | None:
         """Slurm no longer knows the job (purged after MinJobAge, or lost)."""
         job = self.jobs.pop(job_id, None)
+        self.submitted_at.pop(job_id, None)
+        self.started_at.pop(job_id, None)
+        if job_id == self._newest:
+            self._newest = None
         if job is not None and job.owner is not None and self.by_uid.get(
                 job.owner.uid) == job_id:
             del self.by_uid[job.owner.uid]
@@ -123,4 +138,11 @@ class JobTable:
         return job
 
     def newest_id(self) -> int:
-        return max(self.jobs, default=0)
+        """The highest job id known (asked at every submission: not a scan of every job)."""
+        if self._newest is None:
+            self._newest = max(self.jobs, default=0)
+        return self._newest
+
+    def heard_started(self, job_id: int) -> None:
+        """The placeholder's ``started`` hook arrived (before the job is read again)."""
+        self.started_at.setdefault(job_id, time.monotonic())
