@@ -59,6 +59,8 @@ def slurm_conf(*, host: str, nodes: list[TestbedNode], ports: SlurmPorts,
         "SlurmdTimeout=300",
         "InactiveLimit=0",
         "MinJobAge=300",
+        # Room for the scale benchmark's 11,000 jobs (the default is 10,000).
+        "MaxJobCount=20000",
         f"KillWait={kill_wait}",
         f"Prolog={SCRIPTS}/prolog.sh",
         "PrologFlags=Alloc",
