@@ -4,8 +4,6 @@ between phases."""
 from __future__ import annotations
 
 import asyncio
-import os
-import platform
 import ssl
 import time
 from collections.abc import Callable, Coroutine
@@ -15,6 +13,7 @@ from typing import Any, TypeVar
 import httpx
 from aiohttp import web
 
+from benchmarks import results
 from sunk.placement import LOCK_TAINT
 from testbed import cluster, procs
 from testbed.errors import TestbedError
@@ -140,7 +139,6 @@ async def drain(tb: cluster.Testbed, slurm: httpx.AsyncClient,
 
 
 def machine() -> str:
-    model = next((line.split(":", 1)[1].strip() for line in
-                  Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor())
-    return f"{os.cpu_count()} cores ({model}), Python {platform.python_version()}"
+    """This machine in one line, for a report's text (:func:`benchmarks.results.machine_info`
+    gives the same as data, for a results record)."""
+    return results.describe_machine(results.machine_info())
