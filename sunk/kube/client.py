@@ -1,10 +1,12 @@
-"""One HTTP session to the Kubernetes API server, on aiohttp's connections.
+"""One connection pool to the Kubernetes API server, on aiohttp's connections.
 
-The seam is built on httpx directly rather than on kr8s's ``Api``: kr8s makes its own httpx
-session, which can be swapped only through its private attributes, and httpcore's pool and TLS
-layers cost about twice the CPU per call of aiohttp's (docs/benchmarks.md; the scheduler is
+The seam is built on httpx's requests and a transport directly rather than on kr8s's ``Api``:
+kr8s makes its own httpx session, which can be swapped only through its private attributes,
+and httpcore's pool and TLS layers cost about twice the CPU per call of aiohttp's; httpx's
+client layers above the transport cost a third more again (:mod:`sunk.http`; the scheduler is
 CPU-bound on its calls). kr8s is kept for what it does well and publicly: reading a kubeconfig
-or the in-cluster service account into credentials (``Api.auth``).
+or the in-cluster service account into credentials (``Api.auth``). The API server never
+redirects a resource path, so no redirect is followed.
 """
 
 from __future__ import annotations
@@ -21,9 +23,8 @@ import aiohttp
 import httpx
 import kr8s.asyncio
 import msgspec
-from httpx_aiohttp import HttpxAiohttpClient
 
-from sunk import metrics
+from sunk import http, metrics
 
 log = logging.getLogger("sunk.kube")
 
@@ -40,6 +41,9 @@ UNREACHABLE = (httpx.HTTPError, OSError, aiohttp.ClientError)
 TIMEOUT = httpx.Timeout(70.0, connect=10.0)
 #: A watch may stay silent for minutes (the server ends it after ``timeoutSeconds``).
 WATCH_TIMEOUT = httpx.Timeout(None, connect=10.0)
+
+_HEADERS = {"Accept": "application/json", "User-Agent": "sunk"}
+_HEADERS_JSON = {**_HEADERS, "Content-Type": "application/json"}
 
 _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
@@ -132,20 +136,20 @@ class Client:
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         #: Tests pass an ``httpx.MockTransport``; otherwise aiohttp's connections are used.
         self.credentials, self._transport = credentials, transport
-        self._session: httpx.AsyncClient | None = None
-        #: Sessions replaced by a re-authentication; a watch may still read from one.
-        self._retired: list[httpx.AsyncClient] = []
+        self._session: httpx.AsyncBaseTransport | None = None
+        #: Pools replaced by a re-authentication; a watch may still read from one.
+        self._retired: list[httpx.AsyncBaseTransport] = []
         self._renewals = 0
         self._renewing = asyncio.Lock()
 
-    async def _new_session(self) -> httpx.AsyncClient:
-        return HttpxAiohttpClient(
-            base_url=self.credentials.server, timeout=TIMEOUT, follow_redirects=True,
-            verify=await self.credentials.ssl_context(), proxy=self.credentials.proxy,
-            headers={"Accept": "application/json", "User-Agent": "sunk"},
-            transport=self._transport)
+    async def _new_session(self) -> httpx.AsyncBaseTransport:
+        if self._transport is not None:
+            return self._transport
+        return http.transport(self.credentials.server,
+                              verify=await self.credentials.ssl_context(),
+                              proxy=self.credentials.proxy)
 
-    async def _current(self) -> tuple[httpx.AsyncClient, int]:
+    async def _current(self) -> tuple[httpx.AsyncBaseTransport, int]:
         if self._session is None:
             async with self._renewing:
                 if self._session is None:
@@ -154,30 +158,31 @@ class Client:
 
     async def _reauthenticate(self, seen: int) -> None:
         """Read the credentials again (unless a concurrent call just did) and start a new
-        session with them: a rotated client certificate needs new connections."""
+        pool with them: a rotated client certificate needs new connections."""
         async with self._renewing:
             if self._renewals != seen:
                 return
             log.info("the API server refused our credentials (401); reading them again")
             await self.credentials.reauthenticate()
             for old in self._retired:  # older than one renewal: no watch still needs them
-                await old.aclose()
+                if old is not self._transport:
+                    await old.aclose()
             self._retired = [self._session] if self._session is not None else []
             self._session = await self._new_session()
             self._renewals += 1
 
-    def _build(self, session: httpx.AsyncClient, method: str, path: str, *,
-               params: Params | None, json: Mapping[str, object] | None,
-               headers: Mapping[str, str] | None, timeout: httpx.Timeout) -> httpx.Request:
-        sent = httpx.Headers({"Content-Type": "application/json"} if json is not None else {})
+    def _build(self, method: str, path: str, *, params: Params | None,
+               json: Mapping[str, object] | None, headers: Mapping[str, str] | None,
+               timeout: httpx.Timeout) -> httpx.Request:
+        sent = httpx.Headers(_HEADERS_JSON if json is not None else _HEADERS)
         if self.credentials.token:
             sent["Authorization"] = f"Bearer {self.credentials.token}"
-        sent.update(headers or {})  # case-insensitive: a caller's Content-Type replaces ours
-        extensions = ({"sni_hostname": self.credentials.tls_server_name}
-                      if self.credentials.tls_server_name else None)
-        return session.build_request(
-            method, path, params=params, headers=sent, timeout=timeout, extensions=extensions,
-            content=_encode(json) if json is not None else None)
+        if headers:
+            sent.update(headers)  # case-insensitive: a caller's Content-Type replaces ours
+        return http.request(method, self.credentials.server.rstrip("/") + path, params=params,
+                            headers=sent, timeout=timeout,
+                            content=_encode(json) if json is not None else None,
+                            sni_hostname=self.credentials.tls_server_name)
 
     async def send(self, method: str, url: str, *, namespace: str | None = None,
                    version: str = "v1", params: Params | None = None,
@@ -190,9 +195,9 @@ class Client:
         try:
             for attempt in (1, 2):
                 session, seen = await self._current()
-                request = self._build(session, method, path, params=params, json=json,
+                request = self._build(method, path, params=params, json=json,
                                       headers=headers, timeout=TIMEOUT)
-                response = await session.send(request)
+                response = await http.send(session, request)
                 if response.status_code != 401 or attempt == 2:
                     return response
                 await self._reauthenticate(seen)
@@ -236,9 +241,9 @@ class Client:
             try:
                 for attempt in (1, 2):
                     session, seen = await self._current()
-                    request = self._build(session, "GET", path, params=params, json=None,
+                    request = self._build("GET", path, params=params, json=None,
                                           headers=None, timeout=WATCH_TIMEOUT)
-                    response = await session.send(request, stream=True)
+                    response = await http.send(session, request, stream=True)
                     stack.push_async_callback(response.aclose)
                     if response.status_code != 401 or attempt == 2:
                         break
@@ -255,7 +260,7 @@ class Client:
 
     async def aclose(self) -> None:
         """Close every connection (before the event loop ends)."""
-        for session in [*self._retired, *([self._session] if self._session else [])]:
+        for session in {*self._retired, *([self._session] if self._session else [])}:
             await session.aclose()
         self._retired, self._session = [], None
 

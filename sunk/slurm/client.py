@@ -16,14 +16,14 @@ from typing import Any
 import aiohttp
 import httpx
 import msgspec
-from httpx_aiohttp import HttpxAiohttpClient
 
-from sunk import metrics
+from sunk import http, metrics
 from sunk.slurm.job import Job
 from sunk.slurm.text import permanent_error
 
 #: msgspec decodes slurmrestd's job listings several times faster than json does.
 _decode = msgspec.json.Decoder().decode
+_encode = msgspec.json.Encoder().encode
 
 
 class SlurmError(Exception):
@@ -69,22 +69,29 @@ class SlurmClient:
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self._token = token
         self._user = user
-        self._prefix = f"/slurm/{version}"
-        limits = httpx.Limits(max_connections=16, max_keepalive_connections=16)
-        # httpx's API on aiohttp's connections: httpcore's pool and TLS layers cost about
-        # twice the CPU per call (docs/benchmarks.md), and the scheduler is CPU-bound.
-        self._http = HttpxAiohttpClient(base_url=base_url, timeout=timeout, limits=limits,
-                                        transport=transport)
+        self._base = base_url.rstrip("/") + f"/slurm/{version}"
+        self._timeout = httpx.Timeout(timeout)
+        # httpx's requests on aiohttp's connections, with no httpx client between
+        # (sunk.http): the scheduler is CPU-bound on its calls.
+        self._http = transport or http.transport(base_url, connections=16)
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _call(self, method: str, path: str, call: str, **kwargs: Any) -> dict[str, Any]:
+    async def _call(self, method: str, path: str, call: str,
+                    json: dict[str, Any] | None = None) -> dict[str, Any]:
         """``call`` names the request for the request counter (``GET /job/{id}``)."""
         metrics.SLURM_REQUESTS.labels(call).inc()
-        headers = {"X-SLURM-USER-NAME": self._user, "X-SLURM-USER-TOKEN": self._token()}
+        headers = {"X-SLURM-USER-NAME": self._user, "X-SLURM-USER-TOKEN": self._token(),
+                   "Accept": "application/json"}
+        content = None
+        if json is not None:
+            headers["Content-Type"] = "application/json"
+            content = _encode(json)
         try:
-            r = await self._http.request(method, self._prefix + path, headers=headers, **kwargs)
+            r = await http.send(self._http, http.request(
+                method, self._base + path, headers=headers, content=content,
+                timeout=self._timeout))
         except (httpx.HTTPError, OSError, aiohttp.ClientError) as exc:
             raise SlurmError(f"slurmrestd unreachable: {exc!r}") from exc
         try:

@@ -1,0 +1,83 @@
+"""The HTTP plumbing both clients share: requests built without an httpx client, answers read
+whole, proxies from the environment as httpx's client took them."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from sunk import http
+from sunk.kube.client import Client
+from sunk.slurm.client import SlurmClient
+from tests.unit.kube.fakes import FakeCredentials
+
+
+def test_the_environment_names_the_proxy_unless_no_proxy_covers_the_host(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY",
+                 "NO_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    assert http.env_proxy("https://api.test:6443") is None
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.test:3128")
+    assert http.env_proxy("https://api.test:6443") == "http://proxy.test:3128"
+    assert http.env_proxy("http://slurmrestd.test:6820") is None  # only https is proxied
+    monkeypatch.setenv("NO_PROXY", "api.test")
+    assert http.env_proxy("https://api.test:6443") is None
+    assert http.env_proxy("https://other.test") == "http://proxy.test:3128"
+
+
+def test_a_request_carries_its_timeout_and_tls_name() -> None:
+    request = http.request("GET", "https://api.test/x", timeout=httpx.Timeout(7, connect=2),
+                           headers={"A": "b"}, params={"q": "1"}, sni_hostname="kube.local")
+    assert request.extensions["timeout"] == {"connect": 2, "read": 7, "write": 7, "pool": 7}
+    assert request.extensions["sni_hostname"] == "kube.local"
+    assert str(request.url) == "https://api.test/x?q=1"
+    assert "sni_hostname" not in http.request("GET", "https://api.test/x",
+                                              timeout=httpx.Timeout(1), headers={}).extensions
+
+
+async def test_the_answer_is_read_whole_and_knows_its_request() -> None:
+    async def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=b'{"a": 1}')
+
+    request = http.request("GET", "https://api.test/x", timeout=httpx.Timeout(1), headers={})
+    response = await http.send(httpx.MockTransport(answer), request)
+    assert response.request is request
+    assert response.content == b'{"a": 1}'
+
+
+async def test_the_api_server_path_follows_the_servers_own_path() -> None:
+    seen: list[httpx.Request] = []
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"kind": "Pod"})
+
+    credentials = FakeCredentials(server="https://rancher.test/k8s/clusters/c-1/",
+                                  tls_server_name="kube.local")
+    client = Client(credentials, transport=httpx.MockTransport(answer))
+    await client.request("PATCH", "pods/p", namespace="ns", json={"a": 1},
+                         headers={"Content-Type": "application/merge-patch+json"})
+    sent = seen[0]
+    assert str(sent.url) == "https://rancher.test/k8s/clusters/c-1/api/v1/namespaces/ns/pods/p"
+    assert sent.headers["content-type"] == "application/merge-patch+json"
+    assert sent.headers["authorization"] == "Bearer first-token"
+    assert sent.headers["accept"] == "application/json"
+    assert sent.extensions["sni_hostname"] == "kube.local"
+    assert sent.content == b'{"a":1}'
+
+
+async def test_slurmrestd_calls_go_under_the_versioned_prefix_with_the_token() -> None:
+    seen: list[httpx.Request] = []
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json={"job_id": 42})
+
+    slurm = SlurmClient("http://slurm.test:6820/", token=lambda: "jwt",
+                        transport=httpx.MockTransport(answer))
+    assert await slurm.submit({"name": "x"}) == 42
+    assert str(seen[0].url) == "http://slurm.test:6820/slurm/v0.0.42/job/submit"
+    assert seen[0].headers["x-slurm-user-token"] == "jwt"
+    assert seen[0].headers["content-type"] == "application/json"
+    assert seen[0].content == b'{"job":{"name":"x"}}'
