@@ -18,7 +18,6 @@ scheduler's hook API). Needs root and a test bed of ``--nodes`` nodes (started i
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import re
@@ -30,7 +29,7 @@ from typing import Any
 import httpx
 
 from benchmarks import cpu
-from benchmarks.bed import StartedReports, bounded, drain, kube_client, machine, on_bed
+from benchmarks.bed import StartedReports, bounded, drain, kube_client
 from testbed import cluster
 from testbed.errors import TestbedError
 
@@ -160,56 +159,31 @@ async def run(tb: cluster.Testbed, sizes: list[int], count: int,
     return results
 
 
-def report(results: list[tuple[int, dict[str, Any], dict[str, Any]]], nodes: int,
-           count: int) -> str:
-    lines = [f"{count} gangs per size on {nodes} Slurm nodes; {machine()}.", "",
-             "| gang size | raw Slurm jobs/s | sunk gangs/s | ratio | start-to-last-bound p50 s "
-             "| p99 s | max s |",
-             "|---|---|---|---|---|---|---|"]
+def figures(results: list[tuple[int, dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"sizes": {}}
     for size, raw, ours in results:
         took = ours["start_to_bound"]
-        lines.append(f"| {size} | {raw['per_s']:.2f} | {ours['per_s']:.2f} | "
-                     f"{ours['per_s'] / raw['per_s']:.2f} | {_pct(took, 0.5):.3f} | "
-                     f"{_pct(took, 0.99):.3f} | {max(took, default=float('nan')):.3f} |")
+        out["sizes"][str(size)] = {
+            "raw_jobs_per_s": round(raw["per_s"], 3), "gangs_per_s": round(ours["per_s"], 3),
+            "ratio": round(ours["per_s"] / raw["per_s"], 3),
+            "start_to_last_bound": {"count": len(took), "p50": round(_pct(took, 0.5), 4),
+                                    "p99": round(_pct(took, 0.99), 4),
+                                    "max": round(max(took, default=0.0), 4)}}
+    return out
+
+
+def render(f: dict[str, Any]) -> str:
+    lines = ["| gang size | raw Slurm jobs/s | sunk gangs/s | ratio | start-to-last-bound p50 s "
+             "| p99 s | max s |",
+             "|---|---|---|---|---|---|---|"]
+    for size, row in f["sizes"].items():
+        took = row["start_to_last_bound"]
+        lines.append(f"| {size} | {row['raw_jobs_per_s']:.2f} | {row['gangs_per_s']:.2f} | "
+                     f"{row['ratio']:.2f} | {took['p50']:.3f} | {took['p99']:.3f} | "
+                     f"{took['max']:.3f} |")
     lines += ["", "Start-to-last-bound: from the moment the scheduler learns that the gang's "
               "job started (the placeholder's `started` hook) to its last member's Binding "
               "(the scheduler's log; target p99 under 1 s at 16). Gangs per second: creation "
               "of the first Pod to the last member bound; raw Slurm: submission to every "
               "job's script started."]
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.gangs", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nodes", type=int, default=32)
-    p.add_argument("--gangs", type=int, default=16, help="gangs per size")
-    p.add_argument("--sizes", default="2,4,8,16")
-    p.add_argument("--markdown", type=Path, help="append the results to this file")
-    args = p.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",")]
-    if max(sizes) > args.nodes:
-        p.error(f"a gang of {max(sizes)} needs at least that many nodes")
-    with cluster.exclusive():
-        return _main(args, sizes)
-
-
-def _main(args: argparse.Namespace, sizes: list[int]) -> int:
-    try:
-        results = on_bed(args.nodes, NAME,
-                         lambda tb, running: run(tb, sizes, args.gangs, running.log))
-    except TestbedError as exc:
-        print(f"benchmark: error: {exc}", file=sys.stderr)
-        return 1
-    text = report(results, args.nodes, args.gangs)
-    print(text)
-    if args.markdown:
-        with args.markdown.open("a") as f:
-            f.write(f"\n### Gangs ({time.strftime('%Y-%m-%d')})\n\n"
-                    f"Command: `python -m benchmarks.gangs --nodes {args.nodes} --gangs "
-                    f"{args.gangs} --sizes {args.sizes}`\n\n{text}\n")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

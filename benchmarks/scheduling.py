@@ -1,6 +1,15 @@
-"""Pods bound per second through sunk, against raw Slurm in the same run.
+"""Every scheduling benchmark, one command; each run writes a record under
+``benchmarks/results/`` (``--json FILE`` elsewhere), and ``python -m benchmarks.report``
+makes docs/benchmarks.md's figures from them.
 
-    python -m benchmarks.scheduling --pods 400 --nodes 100 [--markdown docs/benchmarks.md]
+    python -m benchmarks.scheduling --scenario saturate [--pods 400] [--profile]
+    python -m benchmarks.scheduling --scenario open-loop [--rates 2,5,10 --seconds 60]
+    python -m benchmarks.scheduling --scenario scale [--steps 100,1000 --pending 10000]
+    python -m benchmarks.scheduling --scenario gang [--sizes 2,4,8,16 --gangs 16]
+
+open-loop: :mod:`benchmarks.openloop`; scale: :mod:`benchmarks.scale`; gang:
+:mod:`benchmarks.gangs`. saturate, below: Pods bound per second through sunk, against raw
+Slurm in the same run.
 
 1. Baseline: the same number of placeholder jobs submitted straight to slurmrestd (8 at a
    time), timed until every job's script has started: it appends ": started" to ``extra``,
@@ -18,18 +27,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-from benchmarks import cpu
-from benchmarks.bed import StartedReports, bounded, drain, kube_client, machine, on_bed
+from benchmarks import cpu, gangs, openloop, results, scale
+from benchmarks import report as report_module
+from benchmarks.bed import StartedReports, bounded, drain, kube_client, on_bed
+from benchmarks.pods import difference, scheduler_requests
 from testbed import cluster
 from testbed.errors import TestbedError
+from testbed.scheduler import RunningScheduler
 
 NAME = "sunk-bench"
 NAMESPACE = "bench"
@@ -116,7 +128,8 @@ async def _api_requests(kube: httpx.AsyncClient) -> dict[str, float]:
     return counts
 
 
-async def through_sunk(kube: httpx.AsyncClient, count: int) -> Phase:
+async def through_sunk(kube: httpx.AsyncClient, count: int,
+                      profiled: RunningScheduler | None = None) -> Phase:
     created: dict[str, float] = {}
     bound: dict[str, float] = {}
     t0, cpu0 = time.monotonic(), cpu.sample()
@@ -136,9 +149,13 @@ async def through_sunk(kube: httpx.AsyncClient, count: int) -> Phase:
         return call
 
     requests0 = await _api_requests(kube)
+    if profiled is not None:
+        profiled.process.send_signal(signal.SIGUSR1)
     watcher = asyncio.create_task(_watch_bound(kube, bound, count))
     await bounded([create(i) for i in range(count)])
     await _within(watcher, bound, count, "Pods bound")
+    if profiled is not None:
+        profiled.process.send_signal(signal.SIGUSR2)
     latencies = [bound[n] - created[n] for n in created]
     phase = Phase("sunk (Pod created to bound)", count, max(bound.values()) - t0, latencies,
                   cpu.used(cpu0, cpu.sample()))
@@ -162,7 +179,8 @@ async def _watch_bound(kube: httpx.AsyncClient, bound: dict[str, float], count: 
                     return
 
 
-async def run(tb: cluster.Testbed, pods: int) -> tuple[Phase, Phase]:
+async def run(tb: cluster.Testbed, pods: int, running: RunningScheduler,
+              profile: bool = False) -> tuple[Phase, Phase, dict[str, float]]:
     async with httpx.AsyncClient(base_url=tb.slurmrestd_url, headers=tb.slurm_headers(),
                                  timeout=60) as slurm, kube_client(tb) as kube:
         await kube.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
@@ -173,11 +191,14 @@ async def run(tb: cluster.Testbed, pods: int) -> tuple[Phase, Phase]:
             raw = await baseline(slurm, pods, reports)
             await drain(tb, slurm, kube)
         print(f"sunk: {pods} Pods through the API server ...", file=sys.stderr)
-        ours = await through_sunk(kube, pods)
+        before = await scheduler_requests(running.url("metrics"))
+        ours = await through_sunk(kube, pods, running if profile else None)
+        requests = difference(before, await scheduler_requests(running.url("metrics")), pods)
+        print(f"sunk: {pods} Pods bound; cleaning up ...", file=sys.stderr)
         await kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods",
                            params={"gracePeriodSeconds": "0"})
         await drain(tb, slurm, kube)
-        return raw, ours
+        return raw, ours, requests
 
 
 KUBE_PARTS = ("kube-apiserver", "etcd", "kwok")
@@ -187,82 +208,134 @@ def _per_item(phase: Phase, part: str) -> float:
     return 1000 * phase.cpu.get(part, 0.0) / phase.count
 
 
-def report(raw: Phase, ours: Phase, nodes: int) -> str:
+def saturate_figures(raw: Phase, ours: Phase, requests: dict[str, float]) -> dict[str, Any]:
     ratio = ours.rate / raw.rate
-    gap = ours.pct(0.99) - raw.pct(0.99)
-    # CPU per Pod if sunk-scheduler used what it uses in the baseline (serving lock hooks)
     scheduler_extra = _per_item(ours, "sunk-scheduler") - _per_item(raw, "sunk-scheduler")
     ceiling = _per_item(raw, "machine total") / max(
         1e-9, _per_item(ours, "machine total") - scheduler_extra)
-    return "\n".join([
-        f"{ours.count} Pods on {nodes} Slurm nodes; {machine()}.",
+
+    def phase(p: Phase) -> dict[str, Any]:
+        return {"count": p.count, "wall": round(p.wall, 2), "per_s": round(p.rate, 2),
+                "p50": round(p.pct(0.5), 3), "p99": round(p.pct(0.99), 3),
+                "cpu_ms": {k: round(1000 * v / p.count, 2) for k, v in p.cpu.items()}}
+
+    return {"raw": phase(raw), "sunk": phase(ours), "ratio": round(ratio, 3),
+            "ceiling": round(ceiling, 3), "ratio_to_ceiling": round(ratio / ceiling, 3),
+            "scheduler_cpu_ms_per_pod": round(_per_item(ours, "sunk-scheduler"), 2),
+            "apiserver_requests_per_pod": {k: round(v / ours.count, 3) for k, v in
+                                           ours.api_requests.items() if v / ours.count >= 0.01},
+            "scheduler_requests_per_pod": requests}
+
+
+def render_saturate(rec: results.Record) -> str:
+    f = rec["figures"]
+    raw, ours = f["raw"], f["sunk"]
+    lines = [
+        "| phase | count | wall s | per s | p50 s | p99 s |", "|---|---|---|---|---|---|",
+        *(f"| {name} | {p['count']} | {p['wall']:.1f} | {p['per_s']:.1f} | {p['p50']:.2f} | "
+          f"{p['p99']:.2f} |" for name, p in (("raw Slurm (submit to started)", raw),
+                                               ("sunk (Pod created to bound)", ours))),
         "",
-        "| phase | count | wall s | per s | p50 s | p99 s |",
-        "|---|---|---|---|---|---|",
-        raw.line(),
-        ours.line(),
-        "",
-        f"Pods bound per second / raw Slurm jobs started per second: **{ratio:.2f}** "
-        "(target at least 0.90).",
-        f"Creation-to-bound p99 minus the baseline's submit-to-started p99: **{gap:+.2f} s** "
-        "(target within 1 s).",
-        "",
-        f"The machine is saturated in both phases, so the ratio is about CPU per item: "
-        f"{_per_item(raw, 'machine total'):.0f} ms per raw job, "
-        f"{_per_item(ours, 'machine total'):.0f} ms per Pod. Of the difference, sunk-scheduler "
-        f"is {_per_item(ours, 'sunk-scheduler') - _per_item(raw, 'sunk-scheduler'):.0f} ms; "
-        f"the Kubernetes side (API server, etcd, kwok) "
-        f"{sum(_per_item(ours, p) - _per_item(raw, p) for p in KUBE_PARTS):.0f} ms. "
-        f"With a scheduler that cost nothing, the ratio could reach at most **{ceiling:.2f}**.",
-        "",
-        "CPU used during each phase, per item (ms of CPU per job or Pod):",
-        "",
-        "| part | raw Slurm | sunk |",
-        "|---|---|---|",
-        *(f"| {part} | {1000 * raw.cpu.get(part, 0) / raw.count:.1f} | "
-          f"{1000 * ours.cpu.get(part, 0) / ours.count:.1f} |"
-          for part in sorted(set(raw.cpu) | set(ours.cpu),
-                             key=lambda p: -ours.cpu.get(p, 0))),
-        "",
-        "API server requests during the sunk phase, per Pod (the benchmark's own: one create "
-        "per Pod and one watch):",
-        "",
-        "| request | per Pod |",
-        "|---|---|",
-        *(f"| {what} | {n / ours.count:.2f} |" for what, n in
-          sorted(ours.api_requests.items(), key=lambda kv: -kv[1]) if n / ours.count >= 0.01),
-    ])
+        f"- **sunk-scheduler CPU per Pod: {f['scheduler_cpu_ms_per_pod']:.1f} ms** "
+        "(target 5 ms or less)",
+        f"- Pods bound per second / raw jobs started per second: {f['ratio']:.2f}; with a "
+        f"scheduler that cost nothing it could reach {f['ceiling']:.2f}; "
+        f"**ratio to that ceiling: {f['ratio_to_ceiling']:.2f}** (target 0.97 or more)",
+        "", "CPU per job or Pod in each phase (ms):", "",
+        "| part | raw Slurm | sunk |", "|---|---|---|",
+        *(f"| {part} | {raw['cpu_ms'].get(part, 0):.1f} | {ours['cpu_ms'].get(part, 0):.1f} |"
+          for part in sorted(set(raw["cpu_ms"]) | set(ours["cpu_ms"]),
+                             key=lambda x: -ours["cpu_ms"].get(x, 0))),
+        "", "Requests per Pod in the sunk phase, as the scheduler counts them (its own "
+        "calls, and the hook calls Slurm's scripts make to it):", "",
+        "| request | per Pod |", "|---|---|",
+        *(f"| {k} | {v:.2f} |" for k, v in sorted(
+            f["scheduler_requests_per_pod"].items(), key=lambda kv: -kv[1]) if v >= 0.01),
+        "", "API server requests per Pod (its `apiserver_request_total`; the benchmark's own "
+        "are one create per Pod and one watch):", "",
+        "| request | per Pod |", "|---|---|",
+        *(f"| {k} | {v:.2f} |" for k, v in sorted(
+            f["apiserver_requests_per_pod"].items(), key=lambda kv: -kv[1])),
+    ]
+    return "\n".join(lines)
+
+
+def _bed_versions(tb: cluster.Testbed) -> dict[str, str]:
+    return {"slurm": "24.11", "kubernetes": "1.35.4", "debian": tb.suite}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.scheduling", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--pods", type=int, default=400)
-    p.add_argument("--nodes", type=int, default=100)
-    p.add_argument("--markdown", type=Path, help="append the results to this file")
+    p.add_argument("--scenario", choices=("saturate", "open-loop", "scale", "gang"),
+                   default="saturate")
+    p.add_argument("--nodes", type=int, help="test bed nodes (default: 100; 32 for gang)")
+    results.add_json_argument(p)
+    p.add_argument("--pods", type=int, default=400, help="saturate: Pods (and raw jobs)")
+    p.add_argument("--profile", action="store_true",
+                   help="saturate: profile the scheduler's CPU in the sunk phase "
+                        "(sunk.profiling; written to /tmp/sunk-scheduler-<pid>.prof)")
+    p.add_argument("--rates", default="2,5,10", help="open-loop: per second")
+    p.add_argument("--seconds", type=float, default=60, help="open-loop: per rate and phase")
+    p.add_argument("--lifetime", type=float, default=5,
+                   help="open-loop: seconds a job or Pod lives once started or bound")
+    p.add_argument("--steps", default="100,1000", help="scale: running Pods at each step")
+    p.add_argument("--pending", type=int, default=10_000, help="scale: pending Pods on top")
+    p.add_argument("--probe", type=int, default=50, help="scale: Pods bound at each step")
+    p.add_argument("--quiet", type=float, default=30, help="scale: idle seconds measured")
+    p.add_argument("--gangs", type=int, default=16, help="gang: gangs per size")
+    p.add_argument("--sizes", default="2,4,8,16", help="gang: gang sizes")
     args = p.parse_args(argv)
+    args.nodes = args.nodes or (32 if args.scenario == "gang" else 100)
     with cluster.exclusive():
-        return _main(args)
+        return _main(args, argv)
 
 
-def _main(args: argparse.Namespace) -> int:
+async def _scenario(args: argparse.Namespace, tb: cluster.Testbed,
+                    running: RunningScheduler) -> tuple[dict[str, Any], list[results.Plot]]:
+    if args.scenario == "saturate":
+        raw, ours, requests = await run(tb, args.pods, running, args.profile)
+        return saturate_figures(raw, ours, requests), []
+    if args.scenario == "open-loop":
+        rates = [float(r) for r in args.rates.split(",")]
+        return await openloop.run(tb, running, rates, args.seconds, args.lifetime), []
+    if args.scenario == "scale":
+        steps = [int(n) for n in args.steps.split(",")]
+        figures = await scale.run(tb, running, steps, args.pending, args.probe, args.quiet)
+        return figures, scale.plots(figures)
+    sizes = [int(n) for n in args.sizes.split(",")]
+    done = await gangs.run(tb, sizes, args.gangs, running.log)
+    return gangs.figures(done), []
+
+
+def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
     try:
-        raw, ours = on_bed(args.nodes, NAME, lambda tb, _: run(tb, args.pods))
+        figures, plots = on_bed(args.nodes, NAME,
+                                lambda tb, running: _with_versions(args, tb, running))
     except TestbedError as exc:
         print(f"benchmark: error: {exc}", file=sys.stderr)
         return 1
-    text = report(raw, ours, args.nodes)
-    print(text)
-    print(json.dumps({"raw_per_s": raw.rate, "sunk_per_s": ours.rate,
-                      "raw_cpu_ms": _per_item(raw, "machine total"),
-                      "sunk_cpu_ms": _per_item(ours, "machine total"),
-                      "raw_p99": raw.pct(0.99), "sunk_p99": ours.pct(0.99)}))
-    if args.markdown:
-        with args.markdown.open("a") as f:
-            f.write(f"\n### Scheduling throughput ({time.strftime('%Y-%m-%d')})\n\n"
-                    f"Command: `python -m benchmarks.scheduling --pods {args.pods} "
-                    f"--nodes {args.nodes}`\n\n{text}\n")
+    versions = figures.pop("_versions")
+    rec = results.record(args.scenario, figures=figures, bed={"nodes": args.nodes},
+                         extra_versions=versions, argv=argv, module="benchmarks.scheduling",
+                         plots=plots)
+    path = results.save(rec, args.json)
+    print(report_module.render(rec))
+    print(f"written to {path}; `python -m benchmarks.report` puts it in docs/benchmarks.md",
+          file=sys.stderr)
     return 0
+
+
+async def _with_versions(args: argparse.Namespace, tb: cluster.Testbed,
+                         running: RunningScheduler) -> tuple[dict[str, Any], list[results.Plot]]:
+    figures, plots = await _scenario(args, tb, running)
+    return {**figures, "_versions": _bed_versions(tb)}, plots
+
+
+report_module.register("saturate", render_saturate)
+report_module.register("open-loop", lambda rec: openloop.render(rec["figures"]))
+report_module.register("scale", lambda rec: scale.render(rec["figures"]))
+report_module.register("gang", lambda rec: gangs.render(rec["figures"]))
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks import cpu
-from benchmarks.scheduling import Phase, report
+from benchmarks import cpu, results
+from benchmarks.scheduling import Phase, render_saturate, saturate_figures
 
 
 def test_cpu_per_part_counts_only_processes_alive_at_both_samples() -> None:
@@ -29,13 +29,19 @@ def test_versioned_binaries_are_grouped_by_name() -> None:
     assert cpu._group("1", "bash") is None
 
 
-def test_the_report_gives_the_ratio_the_gap_and_the_ceiling() -> None:
+def test_the_figures_give_the_ratio_the_ceiling_and_the_share_of_it() -> None:
     raw = Phase("raw", 100, 10.0, [1.0] * 100,
                 cpu={"machine total": 10.0, "sunk-scheduler": 0.5})
     ours = Phase("sunk", 100, 20.0, [3.0] * 100,
                  cpu={"machine total": 20.0, "sunk-scheduler": 4.5, "kube-apiserver": 4.0})
-    text = report(raw, ours, nodes=10)
-    assert "**0.50**" in text  # 5 Pods/s against 10 jobs/s
-    assert "**+2.00 s**" in text
+    figures = saturate_figures(raw, ours, {"slurmrestd POST /job/submit": 1.0})
+    assert figures["ratio"] == 0.5  # 5 Pods/s against 10 jobs/s
     # without the scheduler's 40 ms extra per Pod: 100 ms per job against 160 ms per Pod
-    assert "at most **0.62**" in text
+    assert figures["ceiling"] == 0.625
+    assert figures["ratio_to_ceiling"] == 0.8
+    assert figures["scheduler_cpu_ms_per_pod"] == 45.0
+    rec = results.record("saturate", figures=figures, argv=["--scenario", "saturate"],
+                         module="benchmarks.scheduling")
+    text = render_saturate(rec)
+    assert "**ratio to that ceiling: 0.80**" in text
+    assert "| slurmrestd POST /job/submit | 1.00 |" in text

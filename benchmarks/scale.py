@@ -1,0 +1,223 @@
+"""Scale: one scheduler with thousands of jobs in Slurm.
+
+Steps (``--steps``, default 100 and 1,000 running Pods, then ``--pending`` more that wait):
+
+1. running Pods (1 CPU each) are created and bound, up to each step's count;
+2. then ``pending`` Pods whose jobs want a node to themselves (``exclusive: "true"``, 1 CPU in
+   Kubernetes' view): every node already runs Pods, so their jobs stay pending in Slurm
+   (reason Resources) and their Pods wait.
+
+At each step, with nothing else changing:
+
+- idle: the scheduler's CPU over ``quiet`` seconds (its polls of Slurm and nothing else) as a
+  share of one core, and per poll of job states;
+- memory: the scheduler's resident set;
+- a probe: ``probe`` Pods (1 CPU, a high Slurm priority so they go first) created at once;
+  the scheduler's CPU per Pod, creation to bound, and the job's start to the binding (its log)
+  - then deleted again.
+
+At the top: the scheduler is restarted (time until it answers ready, and until it has adopted
+every job), and the dashboard's Pods page (its first page, ``limit`` rows) is timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import Any
+
+import httpx
+
+from benchmarks import results
+from benchmarks.bed import bounded, drain, kube_client
+from benchmarks.plots import growth_plot
+from benchmarks.pods import (
+    NAME,
+    NAMESPACE,
+    BoundWatch,
+    bind_timings,
+    cpu_seconds,
+    create,
+    log_offset,
+    pod,
+    rss_mib,
+    scheduler_requests,
+    summary,
+)
+from testbed import cluster
+from testbed.scheduler import RunningScheduler, start_scheduler
+
+POLL = "slurmrestd GET /jobs/state/"
+PLOTS = results.REPO / "docs" / "benchmarks"
+
+
+async def _idle(running: RunningScheduler, quiet: float) -> dict[str, float]:
+    pid = running.process.pid
+    await asyncio.sleep(5)  # let the last changes settle
+    before, polls0 = cpu_seconds(pid), await scheduler_requests(running.url("metrics"))
+    await asyncio.sleep(quiet)
+    used, polls1 = cpu_seconds(pid) - before, await scheduler_requests(running.url("metrics"))
+    polls = polls1.get(POLL, 0.0) - polls0.get(POLL, 0.0)
+    return {"cpu_share": round(used / quiet, 4), "polls": polls,
+            "cpu_ms_per_poll": round(1000 * used / max(1.0, polls), 2),
+            "rss_mib": round(rss_mib(pid), 1)}
+
+
+async def _probe(kube: httpx.AsyncClient, watch: BoundWatch, running: RunningScheduler,
+                 step: int, count: int) -> dict[str, Any]:
+    names = [f"probe-{step}-{i:03d}" for i in range(count)]
+    offset, pid = log_offset(running.log), running.process.pid
+    before, created = cpu_seconds(pid), {}
+    for name in names:
+        created[name] = time.monotonic()
+    await bounded([lambda n=n: create(kube, pod(n, annotations={
+        "sunk.coreweave.com/priority": "1000000"})) for n in names])
+    await watch.wait(names, 600)
+    used = cpu_seconds(pid) - before
+    await asyncio.sleep(0.5)
+    logged = await asyncio.to_thread(bind_timings, running.log, offset)
+    await bounded([lambda n=n: kube.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{n}",
+                                           params={"gracePeriodSeconds": "0"})
+                   for n in names])
+    await watch.wait(names, 300, what="gone")
+    return {"cpu_ms_per_pod": round(1000 * used / count, 2),
+            "created_to_bound": summary([watch.bound[n] - created[n] for n in names]),
+            "started_to_bound": summary([logged[n][0] for n in names if n in logged])}
+
+
+async def _fill(kube: httpx.AsyncClient, watch: BoundWatch, prefix: str, start: int, end: int,
+                *, whole_node: bool, running: RunningScheduler) -> dict[str, float]:
+    """Pods ``start``..``end``: running ones wait until bound, pending ones until their job is
+    submitted (the scheduler's counter)."""
+    names = [f"{prefix}-{i:05d}" for i in range(start, end)]
+    pid = running.process.pid
+    before = cpu_seconds(pid)
+    t0 = time.monotonic()
+    submitted0 = await scheduler_requests(running.url("metrics"))
+    manifest = (lambda n: pod(n, annotations={"sunk.coreweave.com/exclusive": "true"})
+                ) if whole_node else pod
+    await bounded([lambda n=n: create(kube, manifest(n)) for n in names])
+    if not whole_node:
+        await watch.wait(names, 1800)
+    else:
+        key = "slurmrestd POST /job/submit"
+        while True:
+            now = await scheduler_requests(running.url("metrics"))
+            if now.get(key, 0) - submitted0.get(key, 0) >= len(names):
+                break
+            await asyncio.sleep(2)
+    return {"pods": len(names), "seconds": round(time.monotonic() - t0, 1),
+            "cpu_ms_per_pod": round(1000 * (cpu_seconds(pid) - before) / len(names), 2)}
+
+
+async def _dashboard(running: RunningScheduler, runs: int = 20) -> dict[str, Any]:
+    times = []
+    async with httpx.AsyncClient(base_url=running.url("dashboard"), timeout=60) as client:
+        for _ in range(runs):
+            t0 = time.monotonic()
+            r = await client.get("/pods", params={"limit": "100"})
+            times.append(time.monotonic() - t0)
+            r.raise_for_status()
+        size = len(r.content)
+    return {"runs": runs, "seconds": summary(times), "bytes": size}
+
+
+async def run(tb: cluster.Testbed, running: RunningScheduler, steps: list[int], pending: int,
+              probe: int, quiet: float) -> dict[str, Any]:
+    figures: dict[str, Any] = {"steps": []}
+    restarted: RunningScheduler | None = None
+    async with httpx.AsyncClient(base_url=tb.slurmrestd_url, headers=tb.slurm_headers(),
+                                 timeout=120) as slurm, kube_client(tb) as kube:
+        await kube.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
+                                                     "metadata": {"name": NAMESPACE}})
+        await drain(tb, slurm, kube)
+        try:
+            async with BoundWatch(kube) as watch:
+                have = 0
+                plan = [(n, False) for n in steps] + ([(steps[-1] + pending, True)]
+                                                      if pending else [])
+                for total, waiting in plan:
+                    print(f"scale: {total} jobs ({'pending' if waiting else 'running'} Pods "
+                          f"up to that) ...", file=sys.stderr)
+                    fill = await _fill(kube, watch, "wait" if waiting else "run",
+                                       have - (steps[-1] if waiting else 0),
+                                       total - (steps[-1] if waiting else 0),
+                                       whole_node=waiting, running=running)
+                    have = total
+                    idle = await _idle(running, quiet)
+                    print(f"scale: {total} jobs: idle {idle}; probing ...", file=sys.stderr)
+                    figures["steps"].append({"jobs": total, "fill": fill, "idle": idle,
+                                             "probe": await _probe(kube, watch, running,
+                                                                   total, probe)})
+                figures["dashboard"] = await _dashboard(running)
+                print("scale: restarting the scheduler ...", file=sys.stderr)
+                offset = log_offset(running.log)
+                running.stop()
+                t0 = time.monotonic()
+                restarted = start_scheduler(tb, name=NAME, hooks_port=tb.ports["hooks"])
+                ready = time.monotonic() - t0
+                adopted = None
+                for line in restarted.log.read_text()[offset:].splitlines():
+                    if "adopted" in line and "jobs of ours" in line:
+                        adopted = int(line.split("adopted ")[1].split()[0])
+                figures["restart"] = {"ready_seconds": round(ready, 2), "adopted": adopted,
+                                      "rss_mib": round(rss_mib(restarted.process.pid), 1)}
+                figures["restart"]["probe"] = await _probe(kube, watch, restarted, 0, probe)
+        finally:
+            print("scale: cleaning up ...", file=sys.stderr)
+            await kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods",
+                               params={"gracePeriodSeconds": "0"})
+            await drain(tb, slurm, kube)
+            if restarted is not None:
+                restarted.stop()
+    return figures
+
+
+def plots(figures: dict[str, Any]) -> list[results.Plot]:
+    """The growth curves, as PNGs under docs/benchmarks/."""
+    steps = figures["steps"]
+    jobs = [s["jobs"] for s in steps]
+    out = []
+    for name, title, label, series in (
+            ("growth-cpu-per-pod", "Scheduler CPU per Pod", "ms of CPU per Pod",
+             {"probe Pods (bound)": [s["probe"]["cpu_ms_per_pod"] for s in steps],
+              "Pods added at the step": [s["fill"]["cpu_ms_per_pod"] for s in steps]}),
+            ("growth-poll", "Scheduler CPU with nothing changing", "ms of CPU per job-state poll",
+             {"per poll": [s["idle"]["cpu_ms_per_poll"] for s in steps]}),
+            ("growth-memory", "Scheduler memory", "resident MiB",
+             {"RSS": [s["idle"]["rss_mib"] for s in steps]})):
+        path = PLOTS / f"{name}.png"
+        growth_plot(jobs, path, title=title, x_label="jobs in Slurm (log scale)",
+                    y_label=label, series=series)
+        out.append(results.plot_entry(title, path))
+    return out
+
+
+def render(figures: dict[str, Any]) -> str:
+    lines = ["| jobs in Slurm | Pods added: CPU ms per Pod | idle: share of a core | "
+             "ms per poll | RSS MiB | probe: CPU ms per Pod | probe: created-to-bound p50 / "
+             "p99 s | probe: started-to-bound p50 / p99 s |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s in figures["steps"]:
+        probe = s["probe"]
+        lines.append(
+            f"| {s['jobs']:,} | {s['fill']['cpu_ms_per_pod']:.1f} | "
+            f"{s['idle']['cpu_share']:.1%} | {s['idle']['cpu_ms_per_poll']:.1f} | "
+            f"{s['idle']['rss_mib']:.0f} | {probe['cpu_ms_per_pod']:.1f} | "
+            f"{probe['created_to_bound']['p50']:.2f} / {probe['created_to_bound']['p99']:.2f} | "
+            f"{probe['started_to_bound']['p50']:.3f} / "
+            f"{probe['started_to_bound']['p99']:.3f} |")
+    if "restart" in figures:
+        r = figures["restart"]
+        lines += ["", f"- Restart at the top: ready in **{r['ready_seconds']:.1f} s** (target "
+                  f"30 s), {r['adopted']} jobs adopted, RSS {r['rss_mib']:.0f} MiB after; "
+                  f"a probe right after: started-to-bound p99 "
+                  f"{r['probe']['started_to_bound']['p99']:.3f} s."]
+    if "dashboard" in figures:
+        d = figures["dashboard"]
+        lines += [f"- Dashboard Pods page (first 100 rows of all Pods) at the top: "
+                  f"p50 {1000 * d['seconds']['p50']:.0f} ms, p99 "
+                  f"{1000 * d['seconds']['p99']:.0f} ms over {d['runs']} requests "
+                  f"({d['bytes']:,} bytes; target 200 ms)."]
+    return "\n".join(lines)
