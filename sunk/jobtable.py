@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from sunk.slurm.job import Job, PodIdentity, admin_comment
+from sunk.slurm.job import STARTED, Job, PodIdentity, admin_comment
 
 log = logging.getLogger("sunk.jobs")
 
@@ -46,6 +46,9 @@ class JobTable:
         #: (monotonic seconds): the timings its Pod's binding is logged with.
         self.submitted_at: dict[int, float] = {}
         self.started_at: dict[int, float] = {}
+        #: Job id -> the nodes Slurm had given it when its prolog asked for a lock (read from
+        #: Slurm then): a ``started`` call from one of them needs no second read.
+        self.allocated: dict[int, str] = {}
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -127,6 +130,7 @@ class JobTable:
         job = self.jobs.pop(job_id, None)
         self.submitted_at.pop(job_id, None)
         self.started_at.pop(job_id, None)
+        self.allocated.pop(job_id, None)
         if job_id == self._newest:
             self._newest = None
         if job is not None and job.owner is not None and self.by_uid.get(
@@ -142,6 +146,20 @@ class JobTable:
         if self._newest is None:
             self._newest = max(self.jobs, default=0)
         return self._newest
+
+    def started_by_hook(self, job_id: int) -> Job | None:
+        """The job as its ``started`` call tells it, if Slurm's read at its lock showed it
+        allocated: running there, its script started (None: not known well enough; read it)."""
+        job, nodes = self.jobs.get(job_id), self.allocated.get(job_id)
+        if job is None or nodes is None or job.finished or job.owner is None:
+            return None
+        if job.started:
+            return job
+        told = Job(job_id=job.job_id, name=job.name, state="RUNNING",
+                   extra=job.extra.rstrip() + STARTED, nodes=nodes, reason="", raw=job.raw,
+                   admin_comment=job.admin_comment)
+        self.learn(told)
+        return told
 
     def heard_started(self, job_id: int) -> None:
         """The placeholder's ``started`` hook arrived (before the job is read again)."""

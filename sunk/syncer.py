@@ -184,6 +184,8 @@ class Syncer:
         # A placeholder of another sunk scheduler sharing this Slurm cluster: its Pods, bound
         # once the lock is taken, are Slurm's too, not Pods for the lock to clear.
         self.cluster.jobs.note_placeholder(job)
+        if self.cluster.jobs.ours(job) is not None:
+            self.cluster.jobs.allocated[job_id] = job.nodes
 
     # -- reconcile one node ------------------------------------------------------------------
     def _lock_state(self, slurm_node: str) -> LockState:

@@ -104,6 +104,31 @@ async def test_started_on_its_node_wakes_the_pod_at_once(hooks: Hooks) -> None:
     assert cached is not None and cached.started, "the fresh read is learned"
 
 
+async def test_started_on_a_node_its_lock_read_showed_needs_no_second_read(
+        hooks: Hooks) -> None:
+    bed = hooks.bed
+    bed.cluster.jobs.learn(job(41))  # pending in the cache: the poll has not seen it run
+    bed.cluster.jobs.allocated[41] = "slurm-[1-2]"  # what Slurm said when its prolog asked
+    assert await hooks.answers.job_started(41, "slurm-2") == ("ns/p", False)
+    assert hooks.woken == [who()]
+    assert bed.slurm.seen == [], "Slurm was read at the lock; not again"
+    told = bed.cluster.jobs.get(41)
+    assert told is not None and told.started and told.state == "RUNNING"
+    assert told.nodes == "slurm-[1-2]"
+
+
+async def test_started_on_another_node_than_the_lock_read_showed_reads_slurm(
+        hooks: Hooks) -> None:
+    bed = hooks.bed
+    bed.cluster.jobs.learn(job(41))
+    bed.cluster.jobs.allocated[41] = "slurm-1"
+    bed.slurm.jobs[41] = raw_job(41, state="RUNNING", nodes="slurm-1", started=True)
+    exc = await refused(hooks.answers.job_started(41, "slurm-2"))
+    assert exc.status == 409 and "not on slurm-2" in exc.detail
+    assert bed.slurm.paths() == [f"{SLURM}/job/41"]
+    assert hooks.woken == []
+
+
 async def test_started_for_a_pod_already_gone_says_so(hooks: Hooks) -> None:
     bed = hooks.bed
     bed.cluster.jobs.learn(job(41, who("bbbb-0002", name="q")))

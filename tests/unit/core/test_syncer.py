@@ -194,6 +194,8 @@ async def test_a_lock_request_is_answered_once_the_node_is_cleared(sync: Sync) -
         assert bed.slurm.paths() == [f"{SLURM}/job/41"]
         request = syncer.requests["slurm-1"]
         assert request.answered_at is not None and request.strict
+        # the job's nodes as Slurm gave them, for its started call
+        assert bed.cluster.jobs.allocated == {41: "slurm-[1-3]"}
 
         # asked again by the same job: answered from the lock, Slurm not read again
         again = await syncer.request_lock("slurm-1", 41, True, within=1)
