@@ -309,6 +309,7 @@ async def _scenario(args: argparse.Namespace, tb: cluster.Testbed,
 
 
 def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
+    measured = results.commit()  # the code measured: a commit made during the run is not it
     try:
         figures, plots = on_bed(args.nodes, NAME,
                                 lambda tb, running: _with_versions(args, tb, running))
@@ -319,6 +320,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
     rec = results.record(args.scenario, figures=figures, bed={"nodes": args.nodes},
                          extra_versions=versions, argv=argv, module="benchmarks.scheduling",
                          plots=plots)
+    rec["versions"]["commit"] = measured
     path = results.save(rec, args.json)
     print(report_module.render(rec))
     print(f"written to {path}; `python -m benchmarks.report` puts it in docs/benchmarks.md",

@@ -105,8 +105,9 @@ class HookAnswers:
 
     async def job_started(self, job_id: int, node: str) -> Answer:
         """The placeholder says its job started on ``node``, right after writing ": started"
-        into the job's extra. Bound only if Slurm runs the job on that node and its extra says
-        started; the Pod is then bound now, without waiting for the next poll."""
+        into the job's extra. Bound only if Slurm runs the job on that node (as read at its
+        lock, or now) and its extra says started (the call's word after a lock read, Slurm's
+        otherwise); the Pod is then bound now, without waiting for the next poll."""
         found = self._ours(job_id)
         if found is None:
             return None
