@@ -10,9 +10,10 @@ So the poller reads states only. A changed state is recorded (and wakes the job'
 job's details (``GET /job/{id}``: its node, and its ``extra``, where the placeholder writes
 ``: started``) are read only when they can matter:
 
-- it runs but its script has not said ``started`` for ``detail_every`` seconds: the
-  placeholder's ``started`` hook normally says so at once, with the node, and binds the Pod;
-  reading the job is the fallback when that call was lost;
+- it runs but its script has not said ``started`` for ``detail_every`` seconds since it
+  started running or its prolog's lock was answered (not while the prolog still waits for
+  it: no script runs yet): the placeholder's ``started`` hook normally says so at once, with
+  the node, and binds the Pod; reading the job is the fallback when that call was lost;
 - it is pending: once a second after it was submitted (Slurm has said why it waits by
   then), then every ``pending_every`` seconds, a few jobs per poll (the dashboard shows why).
 
@@ -70,7 +71,7 @@ PENDING_READS_PER_SECOND = 2.0
 
 
 def plan_poll(followed: Mapping[int, Known], states: Mapping[int, str], *, now: float,
-              asked: Set[int], detail_every: float = 5.0, pending_first: float = 1.0,
+              asked: Set[int], in_prolog: Set[int] = frozenset(), detail_every: float = 5.0, pending_first: float = 1.0,
               pending_every: float = 30.0, pending_per_poll: int = 1) -> PollPlan:
     """``states``: Slurm's answer, job id -> state. ``asked``: the jobs followed when the
     poll was sent (a job submitted while it was in flight is not missing from it). Pending
@@ -91,7 +92,8 @@ def plan_poll(followed: Mapping[int, Known], states: Mapping[int, str], *, now: 
         elif state == "PENDING":
             if now - known.checked_at >= (pending_every if known.reason else pending_first):
                 stale_pending.append((bool(known.reason), known.checked_at, job_id))
-        elif not known.started and now - known.checked_at >= detail_every:
+        elif (not known.started and job_id not in in_prolog
+              and now - known.checked_at >= detail_every):
             plan.fetch.append(job_id)
     plan.fetch += [job_id for _, _, job_id in sorted(stale_pending)[:pending_per_poll]]
     return plan

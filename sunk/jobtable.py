@@ -49,6 +49,9 @@ class JobTable:
         #: Job id -> the nodes Slurm had given it when its prolog asked for a lock (read from
         #: Slurm then): a ``started`` call from one of them needs no second read.
         self.allocated: dict[int, str] = {}
+        #: Jobs whose prolog waits for a node lock: their script cannot have started, so the
+        #: poller does not read them to look for a lost ``started`` call.
+        self.in_prolog: set[int] = set()
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -131,6 +134,7 @@ class JobTable:
         self.submitted_at.pop(job_id, None)
         self.started_at.pop(job_id, None)
         self.allocated.pop(job_id, None)
+        self.in_prolog.discard(job_id)
         if job_id == self._newest:
             self._newest = None
         if job is not None and job.owner is not None and self.by_uid.get(

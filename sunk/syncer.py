@@ -143,6 +143,9 @@ class Syncer:
             request = LockRequest(job_id, strict)
             self.requests[node] = request
         asked = request.at = time.monotonic()
+        jobs = self.cluster.jobs
+        if job_id in jobs.jobs:
+            jobs.in_prolog.add(job_id)
         changed = self._changed.setdefault(node, asyncio.Event())
         self.queue.add(node)
         deadline = time.monotonic() + within
@@ -154,6 +157,9 @@ class Syncer:
             if looked and (state is LockState.LOCKED_STRICT
                            or (state is LockState.LOCKED and not strict)):
                 request.answered_at = time.monotonic()
+                if (job := jobs.jobs.get(job_id)) is not None:
+                    jobs.in_prolog.discard(job_id)
+                    job.checked_at = request.answered_at  # its script starts now
                 return state
             left = deadline - time.monotonic()
             if left <= 0:

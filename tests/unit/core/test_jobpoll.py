@@ -61,3 +61,10 @@ def test_never_read_pending_jobs_come_before_refreshes_and_one_poll_reads_one_by
     assert plan_poll(followed, states, now=100.0, asked=set(followed)).fetch == [3]
     assert plan_poll(followed, states, now=100.0, asked=set(followed),
                      pending_per_poll=3).fetch == [3, 2, 1]
+
+
+def test_a_running_job_whose_prolog_waits_for_its_lock_is_not_read() -> None:
+    followed = {1: Followed("RUNNING", False, 0.0), 2: Followed("RUNNING", False, 0.0)}
+    plan = plan_poll(followed, {1: "RUNNING", 2: "RUNNING"}, now=60.0, asked={1, 2},
+                     in_prolog={1})
+    assert plan.fetch == [2]

@@ -176,6 +176,7 @@ async def test_uncordoning_resumes_only_a_drain_kubernetes_set(sync: Sync) -> No
 async def test_a_lock_request_is_answered_once_the_node_is_cleared(sync: Sync) -> None:
     bed, syncer = sync.bed, sync.syncer
     bed.slurm.jobs[41] = raw_job(41, state="RUNNING", nodes="slurm-[1-3]")
+    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-[1-3]"))
     bed.any_pod(web())
     worker = asyncio.create_task(syncer._work())
     try:
@@ -187,6 +188,7 @@ async def test_a_lock_request_is_answered_once_the_node_is_cleared(sync: Sync) -
         bed.any_pod(web(deletionTimestamp="2025-01-01T00:01:00Z"), "MODIFIED")
         await asyncio.sleep(0.05)
         assert not asking.done(), "a strict lock waits until the Pod is gone"
+        assert bed.cluster.jobs.in_prolog == {41}, "no script runs while the prolog waits"
         bed.any_pod(web(), "DELETED")  # the Pod handler looks at the node again
         assert await asyncio.wait_for(asking, 2) is LockState.LOCKED_STRICT
         assert bed.kube.calls("PATCH", SLURMD_PATH)[-1] == {
@@ -196,6 +198,7 @@ async def test_a_lock_request_is_answered_once_the_node_is_cleared(sync: Sync) -
         assert request.answered_at is not None and request.strict
         # the job's nodes as Slurm gave them, for its started call
         assert bed.cluster.jobs.allocated == {41: "slurm-[1-3]"}
+        assert bed.cluster.jobs.in_prolog == set()
 
         # asked again by the same job: answered from the lock, Slurm not read again
         again = await syncer.request_lock("slurm-1", 41, True, within=1)
