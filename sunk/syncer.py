@@ -139,7 +139,10 @@ class Syncer:
             return None
         request = self.requests.get(node)
         if request is None or request.job_id != job_id or request.strict != strict:
-            await self._check_lock_request(node, job_id)
+            # Checked against Slurm once per job and node: another job's request on the same
+            # node in between (jobs start side by side) is no reason to read this one again.
+            if node not in expand_hostlist(self.cluster.jobs.allocated.get(job_id, "")):
+                await self._check_lock_request(node, job_id)
             request = LockRequest(job_id, strict)
             self.requests[node] = request
         asked = request.at = time.monotonic()

@@ -203,6 +203,12 @@ async def test_a_lock_request_is_answered_once_the_node_is_cleared(sync: Sync) -
         # asked again by the same job: answered from the lock, Slurm not read again
         again = await syncer.request_lock("slurm-1", 41, True, within=1)
         assert again is LockState.LOCKED_STRICT and len(bed.slurm.seen) == 1
+
+        # another job's request on the node in between: job 41 is not read again
+        bed.slurm.jobs[42] = raw_job(42, state="RUNNING", nodes="slurm-1")
+        await syncer.request_lock("slurm-1", 42, True, within=1)
+        assert await syncer.request_lock("slurm-1", 41, True, within=1) is LockState.LOCKED_STRICT
+        assert bed.slurm.paths() == [f"{SLURM}/job/41", f"{SLURM}/job/42"]
     finally:
         await stop(worker)
 
