@@ -10,10 +10,13 @@ So the poller reads states only. A changed state is recorded (and wakes the job'
 job's details (``GET /job/{id}``: its node, and its ``extra``, where the placeholder writes
 ``: started``) are read only when they can matter:
 
-- it runs but its script has not said ``started`` for ``detail_every`` seconds since it
-  started running or its prolog's lock was answered (not while the prolog still waits for
-  it: no script runs yet): the placeholder's ``started`` hook normally says so at once, with
-  the node, and binds the Pod; reading the job is the fallback when that call was lost;
+- it runs but its script has not said ``started`` for ``detail_every`` seconds since its
+  prolog's lock was answered (the script starts right after): the placeholder's ``started``
+  hook normally says so at once, with the node, and binds the Pod; reading the job is the
+  fallback when that call was lost. Not while its prolog still waits for the lock (no script
+  runs yet), and only after ``unlocked_every`` seconds for a running job whose prolog this
+  scheduler has not heard from (one that asked a scheduler since restarted): under load
+  Slurm shows a job running seconds before its prolog calls;
 - it is pending: once a second after it was submitted (Slurm has said why it waits by
   then), then every ``pending_every`` seconds, a few jobs per poll (the dashboard shows why).
 
@@ -71,10 +74,14 @@ PENDING_READS_PER_SECOND = 2.0
 
 
 def plan_poll(followed: Mapping[int, Known], states: Mapping[int, str], *, now: float,
-              asked: Set[int], in_prolog: Set[int] = frozenset(), detail_every: float = 5.0, pending_first: float = 1.0,
+              asked: Set[int], in_prolog: Set[int] = frozenset(),
+              locked: Set[int] | None = None, detail_every: float = 5.0,
+              unlocked_every: float = 30.0, pending_first: float = 1.0,
               pending_every: float = 30.0, pending_per_poll: int = 1) -> PollPlan:
     """``states``: Slurm's answer, job id -> state. ``asked``: the jobs followed when the
-    poll was sent (a job submitted while it was in flight is not missing from it). Pending
+    poll was sent (a job submitted while it was in flight is not missing from it).
+    ``in_prolog``: jobs whose prolog waits for its lock; ``locked``: jobs whose lock was
+    checked (None: not known, every running job counts as locked). Pending
     jobs are read at most ``pending_per_poll`` per poll, never-read ones first, then the
     longest unread: many may wait at once."""
     plan = PollPlan()
@@ -92,8 +99,8 @@ def plan_poll(followed: Mapping[int, Known], states: Mapping[int, str], *, now: 
         elif state == "PENDING":
             if now - known.checked_at >= (pending_every if known.reason else pending_first):
                 stale_pending.append((bool(known.reason), known.checked_at, job_id))
-        elif (not known.started and job_id not in in_prolog
-              and now - known.checked_at >= detail_every):
+        elif not known.started and job_id not in in_prolog and now - known.checked_at >= (
+                detail_every if locked is None or job_id in locked else unlocked_every):
             plan.fetch.append(job_id)
     plan.fetch += [job_id for _, _, job_id in sorted(stale_pending)[:pending_per_poll]]
     return plan

@@ -123,7 +123,8 @@ class SlurmWatch:
         now = time.monotonic()
         per_poll = max(1, round(jobpoll.PENDING_READS_PER_SECOND * self.interval))
         plan = jobpoll.plan_poll(self.jobs.jobs, states, now=now, asked=asked,
-                                 in_prolog=self.jobs.in_prolog, pending_per_poll=per_poll)
+                                 in_prolog=self.jobs.in_prolog, locked=self.jobs.allocated.keys(),
+                                 pending_per_poll=per_poll)
         for job_id, state in plan.changed.items():
             changed = self.jobs.jobs[job_id]
             changed.state, changed.checked_at = state, now

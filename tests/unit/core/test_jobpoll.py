@@ -68,3 +68,11 @@ def test_a_running_job_whose_prolog_waits_for_its_lock_is_not_read() -> None:
     plan = plan_poll(followed, {1: "RUNNING", 2: "RUNNING"}, now=60.0, asked={1, 2},
                      in_prolog={1})
     assert plan.fetch == [2]
+
+
+def test_a_running_job_no_lock_was_heard_of_is_read_only_after_a_longer_wait() -> None:
+    followed = {1: Followed("RUNNING", False, 10.0), 2: Followed("RUNNING", False, 10.0)}
+    states = {1: "RUNNING", 2: "RUNNING"}
+    assert plan_poll(followed, states, now=16.0, asked={1, 2}, locked={1}).fetch == [1]
+    assert plan_poll(followed, states, now=39.0, asked={1, 2}, locked={1}).fetch == [1]
+    assert plan_poll(followed, states, now=40.0, asked={1, 2}, locked={1}).fetch == [1, 2]
