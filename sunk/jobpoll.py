@@ -13,7 +13,8 @@ job's details (``GET /job/{id}``: its node, and its ``extra``, where the placeho
 - it runs but its script has not said ``started`` for ``detail_every`` seconds since its
   prolog's lock was answered (the script starts right after): the placeholder's ``started``
   hook normally says so at once, with the node, and binds the Pod; reading the job is the
-  fallback when that call was lost. Not while its prolog still waits for the lock (no script
+  fallback when that call was lost (on a loaded node slurmstepd takes seconds to launch the
+  script: a shorter wait read most jobs under load). Not while its prolog still waits for the lock (no script
   runs yet), and only after ``unlocked_every`` seconds for a running job whose prolog this
   scheduler has not heard from (one that asked a scheduler since restarted): under load
   Slurm shows a job running seconds before its prolog calls;
@@ -75,7 +76,7 @@ PENDING_READS_PER_SECOND = 2.0
 
 def plan_poll(followed: Mapping[int, Known], states: Mapping[int, str], *, now: float,
               asked: Set[int], in_prolog: Set[int] = frozenset(),
-              locked: Set[int] | None = None, detail_every: float = 5.0,
+              locked: Set[int] | None = None, detail_every: float = 15.0,
               unlocked_every: float = 30.0, pending_first: float = 1.0,
               pending_every: float = 30.0, pending_per_poll: int = 1) -> PollPlan:
     """``states``: Slurm's answer, job id -> state. ``asked``: the jobs followed when the

@@ -17,8 +17,8 @@ def test_a_changed_state_is_recorded_without_reading_the_job() -> None:
 def test_a_running_job_not_started_is_read_only_after_a_while() -> None:
     followed = {1: Followed("RUNNING", False, 10.0)}
     states = {1: "RUNNING"}
-    assert plan_poll(followed, states, now=12.0, asked={1}).fetch == []
-    assert plan_poll(followed, states, now=15.0, asked={1}).fetch == [1]
+    assert plan_poll(followed, states, now=24.0, asked={1}).fetch == []
+    assert plan_poll(followed, states, now=25.0, asked={1}).fetch == [1]
     started = {1: Followed("RUNNING", True, 0.0)}
     assert plan_poll(started, states, now=100.0, asked={1}).fetch == []
 
@@ -73,6 +73,7 @@ def test_a_running_job_whose_prolog_waits_for_its_lock_is_not_read() -> None:
 def test_a_running_job_no_lock_was_heard_of_is_read_only_after_a_longer_wait() -> None:
     followed = {1: Followed("RUNNING", False, 10.0), 2: Followed("RUNNING", False, 10.0)}
     states = {1: "RUNNING", 2: "RUNNING"}
-    assert plan_poll(followed, states, now=16.0, asked={1, 2}, locked={1}).fetch == [1]
+    assert plan_poll(followed, states, now=24.0, asked={1, 2}, locked={1}).fetch == []
+    assert plan_poll(followed, states, now=26.0, asked={1, 2}, locked={1}).fetch == [1]
     assert plan_poll(followed, states, now=39.0, asked={1, 2}, locked={1}).fetch == [1]
     assert plan_poll(followed, states, now=40.0, asked={1, 2}, locked={1}).fetch == [1, 2]
