@@ -45,6 +45,15 @@ def created(obj: Obj) -> float:
         return time.time()
 
 
+def _slim(obj: Obj) -> Obj:
+    """The object without ``metadata.managedFields``: nothing here reads them, and they are
+    often the largest part of a Pod (as client-go's informers, the cache drops them)."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
+
+
 class Informer:
     """A cache of one kind of object kept current by list-then-watch; calls ``handler(type, obj)``
     for ADDED, MODIFIED and DELETED (objects gone during a disconnect arrive as DELETED)."""
@@ -74,7 +83,7 @@ class Informer:
     async def _list(self) -> str:
         body = await self.api.request("GET", self.resource, namespace=self.namespace,
                                       version=self.version, params=self.params)
-        fresh = {key(o): o for o in body.get("items") or []}
+        fresh = {key(o): _slim(o) for o in body.get("items") or []}
         gone = [o for k, o in self.cache.items() if k not in fresh]
         self.cache = fresh
         self.generation += 1
@@ -108,6 +117,7 @@ class Informer:
                     raise KubeError(f"watch {self.resource}: {obj.get('message')}",
                                     status=int(code or 0))
                 version = str(obj["metadata"]["resourceVersion"])
+                _slim(obj)
                 if kind != "BOOKMARK":
                     if kind == "DELETED":
                         self.cache.pop(key(obj), None)

@@ -187,3 +187,23 @@ async def test_a_coroutine_handler_is_awaited_and_one_that_fails_gets_a_fresh_li
     assert informer.cache["ns/a"]["metadata"]["resourceVersion"] == "11"
     await api.aclose()
 
+
+
+async def test_the_cache_holds_objects_without_their_managed_fields(
+        running: Callable[[kube.Informer], None]) -> None:
+    fields = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    listed, watched = obj("a", "1"), obj("b", "11")
+    listed["metadata"]["managedFields"] = fields
+    watched["metadata"]["managedFields"] = fields
+    server = FakeServer(listing("10", listed), watch(("ADDED", watched)), never)
+    handed: list[kube.Obj] = []
+    api = client(server)
+    informer = kube.Informer(api, "pods", namespace="ns",
+                             handler=lambda kind, o: handed.append(o))
+    running(informer)
+    await server.wait_for(3)
+    assert set(informer.cache) == {"ns/a", "ns/b"}
+    for cached in [*informer.cache.values(), *handed]:
+        assert "managedFields" not in cached["metadata"]
+        assert cached["metadata"]["resourceVersion"] in ("1", "11")
+    await api.aclose()
