@@ -26,6 +26,19 @@ _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 
 
+class _JobState(msgspec.Struct):
+    job_id: int
+    state: list[str] = []
+
+
+class _JobStates(msgspec.Struct):
+    jobs: list[_JobState] = []
+    errors: list[Any] = []
+
+
+_decode_states = msgspec.json.Decoder(_JobStates).decode
+
+
 class SlurmError(Exception):
     """slurmrestd answered with an error (``status`` 0: it could not be reached).
 
@@ -78,8 +91,8 @@ class SlurmClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _call(self, method: str, path: str, call: str,
-                    json: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def _request(self, method: str, path: str, call: str,
+                       json: dict[str, Any] | None = None) -> httpx.Response:
         """``call`` names the request for the request counter (``GET /job/{id}``)."""
         metrics.SLURM_REQUESTS.labels(call).inc()
         headers = {"X-SLURM-USER-NAME": self._user, "X-SLURM-USER-TOKEN": self._token(),
@@ -89,11 +102,15 @@ class SlurmClient:
             headers["Content-Type"] = "application/json"
             content = _encode(json)
         try:
-            r = await http.send(self._http, http.request(
+            return await http.send(self._http, http.request(
                 method, self._base + path, headers=headers, content=content,
                 timeout=self._timeout))
         except (httpx.HTTPError, OSError, aiohttp.ClientError) as exc:
             raise SlurmError(f"slurmrestd unreachable: {exc!r}") from exc
+
+    @staticmethod
+    def _checked(method: str, path: str, r: httpx.Response) -> dict[str, Any]:
+        """The answer's body; an error status or listed errors raise SlurmError."""
         try:
             body = _decode(r.content)
         except msgspec.DecodeError:
@@ -109,6 +126,10 @@ class SlurmClient:
             raise SlurmError(f"{method} {path}: {r.status_code} {message}",
                              status=r.status_code, slurm_message=message, numbers=numbers)
         return body
+
+    async def _call(self, method: str, path: str, call: str,
+                    json: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self._checked(method, path, await self._request(method, path, call, json))
 
     async def submit(self, job: dict[str, Any]) -> int:
         body = await self._call("POST", "/job/submit", "POST /job/submit", json={"job": job})
@@ -131,8 +152,18 @@ class SlurmClient:
         return [Job.from_api(j) for j in body.get("jobs") or []]
 
     async def job_states(self) -> dict[int, str]:
-        """Every job's id and state: the cheap listing, about 80 bytes a job."""
-        body = await self._call("GET", "/jobs/state/", "GET /jobs/state/")
+        """Every job's id and state: the cheap listing, about 80 bytes a job. Read into typed
+        records (no dict per job: the listing is every job in the cluster, every poll); a
+        listing with anything odd in it is read field by field instead, skipping what is odd."""
+        r = await self._request("GET", "/jobs/state/", "GET /jobs/state/")
+        if r.status_code < 400:
+            try:
+                listing = _decode_states(r.content)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                listing = None
+            if listing is not None and not listing.errors:
+                return {j.job_id: j.state[0] if j.state else "UNKNOWN" for j in listing.jobs}
+        body = self._checked("GET", "/jobs/state/", r)
         states: dict[int, str] = {}
         for j in body.get("jobs") or []:
             if not isinstance(j, dict):

@@ -193,6 +193,15 @@ async def test_job_states_is_the_cheap_listing(rest: Slurmrestd, client: SlurmCl
     assert await client.job_states() == {}
 
 
+async def test_a_clean_job_state_listing_is_read_whole(rest: Slurmrestd,
+                                                       client: SlurmClient) -> None:
+    rest.answer(jobs=[{"job_id": n, "state": ["RUNNING"], "extra_field": {"a": 1}}
+                      for n in range(1, 2001)] + [{"job_id": 2001, "state": []}])
+    states = await client.job_states()
+    assert len(states) == 2001 and states[1] == states[2000] == "RUNNING"
+    assert states[2001] == "UNKNOWN"
+
+
 # -- changing jobs and nodes ------------------------------------------------------------------
 async def test_cancel_deletes_the_job(rest: Slurmrestd, client: SlurmClient) -> None:
     await client.cancel(7)
