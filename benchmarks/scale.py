@@ -23,8 +23,11 @@ every job), and the dashboard's Pods page (its first page, ``limit`` rows) is ti
 from __future__ import annotations
 
 import asyncio
+import shutil
+import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -52,12 +55,19 @@ POLL = "slurmrestd GET /jobs/state/"
 PLOTS = results.REPO / "docs" / "benchmarks"
 
 
-async def _idle(running: RunningScheduler, quiet: float) -> dict[str, float]:
+async def _idle(running: RunningScheduler, quiet: float,
+                profile: Path | None = None) -> dict[str, float]:
     pid = running.process.pid
     await asyncio.sleep(5)  # let the last changes settle
     before, polls0 = cpu_seconds(pid), await scheduler_requests(running.url("metrics"))
+    if profile is not None:
+        running.process.send_signal(signal.SIGUSR1)
     await asyncio.sleep(quiet)
     used, polls1 = cpu_seconds(pid) - before, await scheduler_requests(running.url("metrics"))
+    if profile is not None:  # sunk.profiling: written to /tmp/sunk-scheduler-<pid>.prof
+        running.process.send_signal(signal.SIGUSR2)
+        await asyncio.sleep(2)
+        shutil.copy(f"/tmp/sunk-scheduler-{pid}.prof", profile)
     polls = polls1.get(POLL, 0.0) - polls0.get(POLL, 0.0)
     return {"cpu_share": round(used / quiet, 4), "polls": polls,
             "cpu_ms_per_poll": round(1000 * used / max(1.0, polls), 2),
@@ -124,7 +134,7 @@ async def _dashboard(running: RunningScheduler, runs: int = 20) -> dict[str, Any
 
 
 async def run(tb: cluster.Testbed, running: RunningScheduler, steps: list[int], pending: int,
-              probe: int, quiet: float) -> dict[str, Any]:
+              probe: int, quiet: float, profile: bool = False) -> dict[str, Any]:
     figures: dict[str, Any] = {"steps": []}
     restarted: RunningScheduler | None = None
     async with httpx.AsyncClient(base_url=tb.slurmrestd_url, headers=tb.slurm_headers(),
@@ -145,7 +155,8 @@ async def run(tb: cluster.Testbed, running: RunningScheduler, steps: list[int], 
                                        total - (steps[-1] if waiting else 0),
                                        whole_node=waiting, running=running)
                     have = total
-                    idle = await _idle(running, quiet)
+                    idle = await _idle(running, quiet, Path(
+                        f"/tmp/sunk-scheduler-idle-{total}.prof") if profile else None)
                     print(f"scale: {total} jobs: idle {idle}; probing ...", file=sys.stderr)
                     figures["steps"].append({"jobs": total, "fill": fill, "idle": idle,
                                              "probe": await _probe(kube, watch, running,

@@ -274,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pods", type=int, default=400, help="saturate: Pods (and raw jobs)")
     p.add_argument("--profile", action="store_true",
                    help="saturate: profile the scheduler's CPU in the sunk phase "
-                        "(sunk.profiling; written to /tmp/sunk-scheduler-<pid>.prof)")
+                        "(sunk.profiling; written to /tmp/sunk-scheduler-<pid>.prof); scale: "
+                        "in each idle window (/tmp/sunk-scheduler-idle-<jobs>.prof)")
     p.add_argument("--rates", default="2,5,10", help="open-loop: per second")
     p.add_argument("--seconds", type=float, default=60, help="open-loop: per rate and phase")
     p.add_argument("--lifetime", type=float, default=5,
@@ -301,7 +302,8 @@ async def _scenario(args: argparse.Namespace, tb: cluster.Testbed,
         return await openloop.run(tb, running, rates, args.seconds, args.lifetime), []
     if args.scenario == "scale":
         steps = [int(n) for n in args.steps.split(",")]
-        figures = await scale.run(tb, running, steps, args.pending, args.probe, args.quiet)
+        figures = await scale.run(tb, running, steps, args.pending, args.probe, args.quiet,
+                                  args.profile)
         return figures, scale.plots(figures)
     sizes = [int(n) for n in args.sizes.split(",")]
     done = await gangs.run(tb, sizes, args.gangs, running.log)

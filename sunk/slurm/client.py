@@ -26,9 +26,11 @@ _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 
 
-class _JobState(msgspec.Struct):
+class _JobState(msgspec.Struct, gc=False):
+    """Not tracked by the garbage collector: a poll makes one per job in the cluster."""
+
     job_id: int
-    state: list[str] = []
+    state: tuple[str, ...] = ()
 
 
 class _JobStates(msgspec.Struct):
