@@ -11,6 +11,7 @@ scheduler, the syncer, the hook API and the dashboard read it; only the Slurm po
 from __future__ import annotations
 
 import asyncio
+import functools
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Mapping
@@ -45,12 +46,15 @@ class Cluster:
         self.jobs = JobTable(settings.scheduler_name)
         self.assumed = AssumeCache()
         self.scheduling = "scheduler" in settings.components
-        selector = f"spec.schedulerName={settings.scheduler_name}"
         namespaces = settings.namespaces()
         watched: list[str | None] = [None] if namespaces is None else list(namespaces)
+        #: Every Pod (for what is bound to each Node: fit checks and node locks).
+        self.all_pods = kube.Informer(api, "pods", handler=self._on_any_pod)
+        #: The Pods that name this scheduler, per namespace watched: taken from every Pod's
+        #: watch, not a watch of their own (one decoded copy of each Pod, not two).
         self.pod_informers = [
-            kube.Informer(api, "pods", namespace=ns, field_selector=selector,
-                          handler=self._on_pod)
+            kube.Subset(self.all_pods, functools.partial(self._names_us, ns), namespace=ns,
+                        handler=self._on_pod)
             for ns in watched]
         self.node_informer = kube.Informer(api, "nodes", handler=self._on_other)
         self.slurmd_informer = kube.Informer(
@@ -69,8 +73,6 @@ class Cluster:
         self._gang_of: dict[str, str] = {}
         #: Called with a gang's key when its Job or PodGroup changes.
         self.gang_handlers: list[Callable[[str], None]] = []
-        #: Every Pod (for what is bound to each Node: fit checks and node locks).
-        self.all_pods = kube.Informer(api, "pods", handler=self._on_any_pod)
         self.slurmd_selector = label_terms(settings.slurmd_label_selector)
         self.usage = fit.NodeUsage(staying=self._stays_beside_slurm, reserved=self._reserved)
         #: Node name -> the Pods bound to it, by key (a lock looks at one Node's Pods).
@@ -99,7 +101,7 @@ class Cluster:
         component."""
         shared = [self.node_informer, self.slurmd_informer, self.all_pods]
         if self.scheduling:
-            shared += [*self.pod_informers, self.namespace_informer, self.job_informer]
+            shared += [self.namespace_informer, self.job_informer]
         return shared
 
     def optional_informers(self) -> list[kube.Informer]:
@@ -215,8 +217,17 @@ class Cluster:
             self._on_node.setdefault(node_name, {})[key] = pod
             self._node_of[key] = node_name
         self.usage.observe(kind, pod)
+        if self.scheduling:
+            for subset in self.pod_informers:
+                subset.observe(kind, pod)
         for handler in self.any_pod_handlers:
             handler(kind, pod)
+
+    def _names_us(self, namespace: str | None, pod: kube.Obj) -> bool:
+        """The Pod names this scheduler and is in ``namespace`` (None: any)."""
+        return ((pod.get("spec") or {}).get("schedulerName") == self.settings.scheduler_name
+                and (namespace is None or (pod.get("metadata") or {}).get("namespace")
+                     == namespace))
 
     def pods_on(self, node: str) -> list[kube.Obj]:
         return list(self._on_node.get(node, {}).values())

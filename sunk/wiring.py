@@ -57,7 +57,7 @@ class DashboardSource:
         return self.cluster.jobs.jobs
 
     @property
-    def pod_informers(self) -> Sequence[kube.Informer]:
+    def pod_informers(self) -> Sequence[kube.Subset]:
         return self.cluster.pod_informers
 
     @property

@@ -17,7 +17,7 @@ from sunk.kube.client import (
     load_credentials,
     request,
 )
-from sunk.kube.informer import Handler, Informer, created, key
+from sunk.kube.informer import Handler, Informer, Subset, created, key
 from sunk.kube.writes import annotate, bind, delete_pod, event, evict, set_taints
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "Credentials",
     "Handler",
     "Informer",
+    "Subset",
     "KubeError",
     "Obj",
     "annotate",

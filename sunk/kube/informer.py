@@ -161,3 +161,44 @@ class Informer:
     def _failed(self, exc: BaseException) -> None:
         self.healthy, self.last_error = False, f"{type(exc).__name__}: {exc}"
         log.warning("watching %s failed: %s", self.resource, self.last_error)
+
+
+class Subset:
+    """The objects of another informer that ``keep`` selects, in a cache of their own: one
+    watch, and one decoded copy of each object, serve both (the Pods that name the scheduler
+    are a subset of every Pod, which the node locks and fit checks watch anyway). Fed by
+    :meth:`observe` from the source's handler; healthy and synced as its source is."""
+
+    def __init__(self, source: Informer, keep: Callable[[Obj], bool], *,
+                 namespace: str | None = None,
+                 handler: Callable[[str, Obj], None] | None = None) -> None:
+        self.source, self.keep, self.handler = source, keep, handler
+        self.namespace = namespace
+        self.resource = source.resource
+        self.cache: dict[str, Obj] = {}
+        self.generation = 0
+
+    @property
+    def synced(self) -> asyncio.Event:
+        return self.source.synced
+
+    @property
+    def healthy(self) -> bool:
+        return self.source.healthy
+
+    @property
+    def last_error(self) -> str:
+        return self.source.last_error
+
+    def observe(self, kind: str, obj: Obj) -> None:
+        """A change the source saw: kept, changed or dropped here, and told to the handler."""
+        name = key(obj)
+        if kind == "DELETED" or not self.keep(obj):
+            if self.cache.pop(name, None) is None:
+                return
+            kind = "DELETED"
+        else:
+            self.cache[name] = obj
+        self.generation += 1
+        if self.handler is not None:
+            self.handler(kind, obj)

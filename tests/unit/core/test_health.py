@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from sunk import health
+from sunk import health, kube
 from tests.unit.core import stand_ins
 from tests.unit.core.stand_ins import (
     Bed,
@@ -105,6 +105,23 @@ async def test_in_namespace_scope_each_namespace_has_its_informer() -> None:
         assert [i.namespace for i in cluster.pod_informers] == ["a", "b"]
         put(cluster.pod_informers[1], pod(namespace="b"))
         assert cluster.pod("b/p") is not None and cluster.pod("a/p") is None
+
+
+async def test_the_pods_naming_the_scheduler_come_from_the_watch_of_every_pod() -> None:
+    async with stand_ins.bed(scope="namespace", watch_namespace=["a", "b"]) as made:
+        cluster, told = made.cluster, []
+        cluster.pod_handlers.append(lambda kind, p: told.append((kind, kube.key(p))))
+        ours_in_b, ours_in_c = pod(namespace="b"), pod(namespace="c")
+        theirs = pod(namespace="a")
+        theirs["spec"]["schedulerName"] = "default-scheduler"
+        for each in (ours_in_b, ours_in_c, theirs):
+            made.any_pod(each)
+        assert cluster.pod("b/p") is ours_in_b, "the same object as every Pod's cache holds"
+        assert cluster.pod("c/p") is None and cluster.pod("a/p") is None
+        assert told == [("ADDED", "b/p")]
+        made.any_pod(ours_in_b, "DELETED")
+        assert cluster.pod("b/p") is None and told[-1] == ("DELETED", "b/p")
+        assert [i.resource for i in cluster.informers()].count("pods") == 2  # all, slurmd
 
 
 async def test_without_the_scheduler_only_the_shared_informers_run() -> None:

@@ -207,3 +207,24 @@ async def test_the_cache_holds_objects_without_their_managed_fields(
         assert "managedFields" not in cached["metadata"]
         assert cached["metadata"]["resourceVersion"] in ("1", "11")
     await api.aclose()
+
+
+def test_a_subset_keeps_what_it_selects_and_follows_its_source() -> None:
+    source = kube.Informer(client(FakeServer()), "pods")
+    told: Seen = []
+    subset = kube.Subset(source, lambda o: (o.get("spec") or {}).get("mine") is True,
+                         namespace="ns", handler=lambda kind, o: told.append((kind, kube.key(o))))
+    mine, other = obj("a", "1", spec={"mine": True}), obj("b", "2", spec={"mine": False})
+    subset.observe("ADDED", mine)
+    subset.observe("ADDED", other)
+    assert subset.cache == {"ns/a": mine} and told == [("ADDED", "ns/a")]
+    no_longer = obj("a", "3", spec={"mine": False})
+    subset.observe("MODIFIED", no_longer)  # no longer selected: gone from the subset
+    subset.observe("DELETED", other)  # never kept: nothing to tell
+    assert subset.cache == {} and told == [("ADDED", "ns/a"), ("DELETED", "ns/a")]
+    assert subset.generation == 2
+    assert not subset.synced.is_set()
+    source.synced.set()
+    source.last_error = "boom"
+    assert subset.synced.is_set() and subset.last_error == "boom"
+    assert subset.resource == "pods" and subset.namespace == "ns"
