@@ -2,7 +2,8 @@
 
 Steps (``--steps``, default 100 and 1,000 running Pods, then ``--pending`` more that wait):
 
-1. running Pods (1 CPU each) are created and bound, up to each step's count;
+1. running Pods (3 CPUs each: Slurm packs them, ten to a 32-CPU node, so at 1,000 every node
+   runs ten and has two CPUs left) are created and bound, up to each step's count;
 2. then ``pending`` Pods whose jobs want a node to themselves (``exclusive: "true"``, 1 CPU in
    Kubernetes' view): every node already runs Pods, so their jobs stay pending in Slurm
    (reason Resources) and their Pods wait.
@@ -12,7 +13,8 @@ At each step, with nothing else changing:
 - idle: the scheduler's CPU over ``quiet`` seconds (its polls of Slurm and nothing else) as a
   share of one core, and per poll of job states;
 - memory: the scheduler's resident set;
-- a probe: ``probe`` Pods (1 CPU, a high Slurm priority so they go first) created at once;
+- a probe: ``probe`` Pods (1 CPU: they fit beside the running ones; a high Slurm priority so
+  they go before the pending ones) created at once;
   the scheduler's CPU per Pod, creation to bound, and the job's start to the binding (its log)
   - then deleted again.
 
@@ -52,6 +54,9 @@ from testbed import cluster
 from testbed.scheduler import RunningScheduler, start_scheduler
 
 POLL = "slurmrestd GET /jobs/state/"
+#: CPUs of each running Pod: ten fill 30 of a node's 32, so every node is busy at 1,000 (no
+#: exclusive job can start) and still has room for the probes.
+RUNNING_CPUS = 3
 PLOTS = results.REPO / "docs" / "benchmarks"
 
 
@@ -105,8 +110,11 @@ async def _fill(kube: httpx.AsyncClient, watch: BoundWatch, prefix: str, start: 
     before = cpu_seconds(pid)
     t0 = time.monotonic()
     submitted0 = await scheduler_requests(running.url("metrics"))
-    manifest = (lambda n: pod(n, annotations={"sunk.coreweave.com/exclusive": "true"})
-                ) if whole_node else pod
+    def manifest(name: str) -> dict[str, Any]:
+        if whole_node:
+            return pod(name, annotations={"sunk.coreweave.com/exclusive": "true"})
+        return pod(name, cpu=str(RUNNING_CPUS))
+
     await bounded([lambda n=n: create(kube, manifest(n)) for n in names])
     if not whole_node:
         await watch.wait(names, 1800)
