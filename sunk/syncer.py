@@ -35,6 +35,10 @@ REQUEST_TTL = 60.0
 ANSWERED_GRACE = 10.0
 
 
+def _version(obj: kube.Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion"))
+
+
 @dataclass
 class LockRequest:
     job_id: int
@@ -59,6 +63,8 @@ class Syncer:
         self._changed: dict[str, asyncio.Event] = {}
         #: Slurm node -> when its last reconcile began (a prolog waits for one after its call).
         self._looked_at: dict[str, float] = {}
+        #: Slurm node -> :meth:`_fingerprint` at its last reconcile.
+        self._seen: dict[str, tuple[object, ...]] = {}
         self.state_key = settings.annotation("slurm-state")
         self.reason_key = settings.annotation("slurm-reason")
         self.slurmd_selector = cluster.slurmd_selector
@@ -78,9 +84,24 @@ class Syncer:
         state (jobs start and end), and drains and cordons are kept in step."""
         while True:
             for slurm_node, k8s_node in self.cluster.index().to_k8s.items():
-                if self._needs_look(slurm_node, k8s_node):
+                if self._needs_look(slurm_node, k8s_node) and (
+                        slurm_node in self.requests
+                        or self._seen.get(slurm_node) != self._fingerprint(slurm_node,
+                                                                           k8s_node)):
                     self.queue.add(slurm_node)
             await asyncio.sleep(interval)
+
+    def _fingerprint(self, slurm_node: str, k8s_node: str) -> tuple[object, ...]:
+        """What a node's plan is made from, as versions: unchanged since its last look, the
+        sweep does not look again (a busy node otherwise is, every sweep, for nothing)."""
+        info = self.cluster.state.slurm_nodes.get(slurm_node, {})
+        node = self.cluster.node(k8s_node) or {}
+        slurmd = self.cluster.index().slurmd.get(slurm_node) or {}
+        pods = tuple(sorted((kube.key(p), p["metadata"].get("resourceVersion"))
+                            for p in self.cluster.pods_on(k8s_node)))
+        return (tuple(info.get("state") or ()), str(info.get("reason")),
+                str(info.get("cpus")), str(info.get("real_memory")), str(info.get("gres")),
+                _version(node), _version(slurmd), pods)
 
     def _needs_look(self, slurm_node: str, k8s_node: str) -> bool:
         """Cheap test on the caches, so a sweep of many idle nodes costs nothing."""
@@ -251,6 +272,7 @@ class Syncer:
         facts = self.facts(slurm_node)
         if facts is None:
             return
+        self._seen[slurm_node] = self._fingerprint(slurm_node, facts.k8s_node)
         index = self.cluster.index()
         node = self.cluster.node(facts.k8s_node)
         slurmd = index.slurmd[slurm_node]

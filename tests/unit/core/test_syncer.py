@@ -358,6 +358,34 @@ async def test_the_sweep_queues_the_nodes_that_need_a_look(sync: Sync) -> None:
     assert await syncer.queue.get() == "slurm-1"
 
 
+async def test_the_sweep_looks_again_at_a_busy_node_only_once_something_changed(
+        sync: Sync) -> None:
+    bed, syncer = sync.bed, sync.syncer
+    sync.slurm_node("ALLOCATED")
+
+    async def one_sweep() -> list[str]:
+        sweep = asyncio.create_task(syncer._sweep(interval=60))
+        await asyncio.sleep(0.01)
+        await stop(sweep)
+        queued = []
+        while len(syncer.queue):
+            queued.append(await syncer.queue.get())
+            syncer.queue.done(queued[-1])
+        return queued
+
+    assert await one_sweep() == ["slurm-1"]
+    await syncer.reconcile("slurm-1")
+    assert await one_sweep() == [], "busy, but nothing changed since its last look"
+    bed.any_pod(pod(node="node-a"))  # a Pod arrives on its Node
+    assert await one_sweep() == ["slurm-1"]
+    await syncer.reconcile("slurm-1")
+    sync.slurm_node("IDLE")  # its jobs ended
+    assert await one_sweep() == ["slurm-1"]
+    syncer.requests["slurm-1"] = LockRequest(41, False)
+    await syncer.reconcile("slurm-1")
+    assert await one_sweep() == ["slurm-1"], "a lock request: looked at every sweep"
+
+
 async def test_a_pod_event_on_a_node_being_locked_queues_it(sync: Sync) -> None:
     bed, syncer = sync.bed, sync.syncer
     bed.any_pod(web())
