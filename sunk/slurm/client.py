@@ -38,7 +38,8 @@ class _JobStates(msgspec.Struct):
     errors: list[Any] = []
 
 
-_decode_states = msgspec.json.Decoder(_JobStates).decode
+#: Not strict: slurmrestd writes job ids as strings here ("job_id": "1").
+_decode_states = msgspec.json.Decoder(_JobStates, strict=False).decode
 
 
 class SlurmError(Exception):
