@@ -84,8 +84,9 @@ class Syncer:
         state (jobs start and end), and drains and cordons are kept in step."""
         while True:
             for slurm_node, k8s_node in self.cluster.index().to_k8s.items():
+                request = self.requests.get(slurm_node)
                 if self._needs_look(slurm_node, k8s_node) and (
-                        slurm_node in self.requests
+                        (request is not None and request.answered_at is None)
                         or self._seen.get(slurm_node) != self._fingerprint(slurm_node,
                                                                            k8s_node)):
                     self.queue.add(slurm_node)
@@ -93,7 +94,8 @@ class Syncer:
 
     def _fingerprint(self, slurm_node: str, k8s_node: str) -> tuple[object, ...]:
         """What a node's plan is made from, as versions: unchanged since its last look, the
-        sweep does not look again (a busy node otherwise is, every sweep, for nothing)."""
+        sweep does not look again (a busy node otherwise is, every sweep, for nothing), unless
+        a lock asked for is not answered yet."""
         info = self.cluster.state.slurm_nodes.get(slurm_node, {})
         node = self.cluster.node(k8s_node) or {}
         slurmd = self.cluster.index().slurmd.get(slurm_node) or {}

@@ -381,9 +381,15 @@ async def test_the_sweep_looks_again_at_a_busy_node_only_once_something_changed(
     await syncer.reconcile("slurm-1")
     sync.slurm_node("IDLE")  # its jobs ended
     assert await one_sweep() == ["slurm-1"]
-    syncer.requests["slurm-1"] = LockRequest(41, False)
     await syncer.reconcile("slurm-1")
-    assert await one_sweep() == ["slurm-1"], "a lock request: looked at every sweep"
+    sync.slurm_node("ALLOCATED")
+    await syncer.reconcile("slurm-1")
+    syncer.requests["slurm-1"] = LockRequest(41, False)
+    assert await one_sweep() == ["slurm-1"], "a lock asked for: looked at every sweep"
+    await syncer.reconcile("slurm-1")
+    assert await one_sweep() == ["slurm-1"]
+    syncer.requests["slurm-1"].answered_at = 1.0
+    assert await one_sweep() == [], "answered, and nothing changed since"
 
 
 async def test_a_pod_event_on_a_node_being_locked_queues_it(sync: Sync) -> None:
