@@ -26,6 +26,7 @@ A job that ended needs no details: its state is all that reconciling reads.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -103,5 +104,6 @@ def plan_poll(followed: Mapping[int, Known], states: Mapping[int, str], *, now: 
         elif not known.started and job_id not in in_prolog and now - known.checked_at >= (
                 detail_every if locked is None or job_id in locked else unlocked_every):
             plan.fetch.append(job_id)
-    plan.fetch += [job_id for _, _, job_id in sorted(stale_pending)[:pending_per_poll]]
+    # the few oldest, not a sort of every pending job at every poll
+    plan.fetch += [job_id for _, _, job_id in heapq.nsmallest(pending_per_poll, stale_pending)]
     return plan
