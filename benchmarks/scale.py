@@ -185,12 +185,30 @@ async def run(tb: cluster.Testbed, running: RunningScheduler, steps: list[int], 
                 figures["restart"]["probe"] = await _probe(kube, watch, restarted, 0, probe)
         finally:
             print("scale: cleaning up ...", file=sys.stderr)
-            await kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods",
-                               params={"gracePeriodSeconds": "0"})
-            await drain(tb, slurm, kube)
+            await _clean_up(tb, slurm, kube)
             if restarted is not None:
                 restarted.stop()
     return figures
+
+
+async def _clean_up(tb: cluster.Testbed, slurm: httpx.AsyncClient,
+                    kube: httpx.AsyncClient) -> None:
+    """Every job cancelled (the scheduler deletes their Pods), then what is left of the Pods
+    deleted; a failure here is reported, and does not lose the figures."""
+    try:
+        await drain(tb, slurm, kube)
+        for _ in range(5):
+            try:
+                await kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods",
+                                   params={"gracePeriodSeconds": "0"}, timeout=300)
+                break
+            except httpx.HTTPError as exc:  # 11,000 Pods: the API server may time out
+                print(f"scale: deleting the Pods: {exc!r}; again", file=sys.stderr)
+                await asyncio.sleep(5)
+        await drain(tb, slurm, kube)
+    except Exception as exc:  # the run's figures matter more than a tidy bed
+        print(f"scale: cleaning up failed ({exc!r}): `python -m testbed down` clears the bed",
+              file=sys.stderr)
 
 
 def plots(figures: dict[str, Any]) -> list[results.Plot]:
