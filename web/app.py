@@ -16,6 +16,7 @@ import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Final, TypedDict
 from urllib.parse import quote, urlencode
@@ -73,6 +74,9 @@ EVENTS_TTL: Final = 5.0
 #: How long a Pod's page waits for its Events (seconds) before it shows the rest without them.
 EVENTS_TIMEOUT: Final = 5.0
 MAX_EVENTS: Final = 50
+#: The largest ``offset`` the Pods list takes: far past any cluster, small enough to stay an
+#: ordinary int in every URL and JSON reader.
+MAX_OFFSET: Final = 1_000_000_000
 
 #: (namespace, name, uid) -> the Pod's Events, newest first, or why they could not be read.
 EventSource = Callable[[str, str, str], Awaitable[list[EventView] | str]]
@@ -225,11 +229,44 @@ NodeStateFilter = Annotated[str, QueryParameter(
 Search = Annotated[str, QueryParameter(name="q", description="a substring of the Pod name")]
 Limit = Annotated[int, QueryParameter(name="limit", ge=1, le=100_000,
                                       description="at most this many Pods")]
+Offset = Annotated[int, QueryParameter(
+    name="offset", ge=0, le=MAX_OFFSET,
+    description="skip this many matching Pods (0: from the first); past the last, no rows")]
 
 
 def _query(**params: str | int) -> str:
     kept = {k: v for k, v in params.items() if v not in ("", None)}
     return f"?{urlencode(kept)}" if kept else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Paging:
+    """Where a page of the Pods list is among the matching Pods, and links to the pages around
+    it, each keeping the filters and the limit ("" where there is no such page)."""
+
+    #: The rows shown, counted from 1 among the matching Pods (0 and 0: none).
+    first: int
+    last: int
+    previous_url: str
+    next_url: str
+    #: The first page's, "" when this is it.
+    first_url: str
+    #: The offset is past the last matching Pod: no rows, though some match.
+    past_end: bool
+
+
+def paging(listing: PodList, url: Callable[[int], str]) -> Paging:
+    """``url(offset)``: the page that starts at ``offset``. Previous goes back ``limit`` rows,
+    but from past the end, to the last page that has rows."""
+    offset, limit, matching, shown = (listing.offset, listing.limit, listing.matching,
+                                      len(listing.pods))
+    last_page = (matching - 1) // limit * limit if matching else 0
+    return Paging(
+        first=offset + 1 if shown else 0, last=offset + shown,
+        previous_url=url(min(max(0, offset - limit), last_page)) if offset else "",
+        next_url=url(offset + limit) if offset + limit < matching else "",
+        first_url=url(0) if offset else "",
+        past_end=not shown and 0 < matching <= offset)
 
 
 def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
@@ -272,14 +309,20 @@ def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
     @get("/pods", include_in_schema=False, sync_to_thread=False)
     def pods_page(request: HTMXRequest, namespace: Namespace = "",
                   state_filter: PodStateFilter = "", search: Search = "",
-                  limit: Limit = DEFAULT_LIMIT) -> Template:
+                  offset: Offset = 0, limit: Limit = DEFAULT_LIMIT) -> Template:
         listing = pods.pods(scheduler, now(), namespace=namespace, state=state_filter,
-                             query=search, limit=limit)
+                             query=search, offset=offset, limit=limit)
         kept_limit = limit if limit != DEFAULT_LIMIT else ""
+
+        def url(at: int) -> str:
+            """This page's filters and limit, from ``at``; the refresh asks for this page's own
+            (so it stays on it), a change of filters starts again from the first."""
+            return "/pods" + _query(namespace=namespace, state=state_filter, q=search,
+                                    offset=at or "", limit=kept_limit)
+
         return page("pods", request, {
             "listing": listing, "namespace": namespace, "state": state_filter, "q": search,
-            "self_url": "/pods" + _query(namespace=namespace, state=state_filter, q=search,
-                                         limit=kept_limit)})
+            "limit": kept_limit, "paging": paging(listing, url), "self_url": url(offset)})
 
     @get("/pods/{namespace:str}/{name:str}", include_in_schema=False)
     async def pod_page(request: HTMXRequest, namespace: FromPath[str], name: FromPath[str]
@@ -330,10 +373,13 @@ def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
 
     @get("/api/v1/pods", sync_to_thread=False, tags=["dashboard"])
     def api_pods(namespace: Namespace = "", state_filter: PodStateFilter = "",
-                 search: Search = "", limit: Limit = DEFAULT_LIMIT) -> PodList:
-        """Pods of this scheduler, sorted by namespace and name."""
+                 search: Search = "", offset: Offset = 0,
+                 limit: Limit = DEFAULT_LIMIT) -> PodList:
+        """Pods of this scheduler, sorted by namespace and name: of those matching the
+        filters, ``limit`` from the ``offset``-th on (the next page: ``offset`` + ``limit``,
+        while that is below ``matching``)."""
         return pods.pods(scheduler, now(), namespace=namespace, state=state_filter,
-                          query=search, limit=limit)
+                          query=search, offset=offset, limit=limit)
 
     @get("/api/v1/pods/{namespace:str}/{name:str}", tags=["dashboard"])
     async def api_pod(namespace: FromPath[str], name: FromPath[str]) -> PodDetail:

@@ -112,14 +112,17 @@ def _pod_row(scheduler: SchedulerView, rec: PodRecord, now: float, ranks: GangRa
 
 
 def pods(scheduler: SchedulerView, now: float, *, namespace: str = "", state: str = "",
-         query: str = "", limit: int = DEFAULT_LIMIT) -> PodList:
+         query: str = "", offset: int = 0, limit: int = DEFAULT_LIMIT) -> PodList:
     """Pods sorted by namespace and name (a stable order: rows do not jump between refreshes),
-    filtered by namespace, state and a substring of the name."""
+    filtered by namespace, state and a substring of the name; of those, the ``limit`` from the
+    ``offset``-th on (0: the first). Every match is counted, but rows are built only for the
+    page: its cost grows with ``limit``, not with how many Pods match."""
     records = scheduler.state.pods
     namespaces = sorted({rec.namespace for rec in records.values()})
     query = query.strip().lower()
     rows: list[PodRow] = []
     matching = 0
+    end = offset + limit
     ranks = gang_ranks(scheduler)
     for key in sorted(records):
         rec = records[key]
@@ -129,10 +132,11 @@ def pods(scheduler: SchedulerView, now: float, *, namespace: str = "", state: st
             continue
         if state and pod_state(rec) != state:
             continue
-        matching += 1
-        if len(rows) < limit:
+        if offset <= matching < end:
             rows.append(_pod_row(scheduler, rec, now, ranks))
-    return PodList(total=len(records), matching=matching, namespaces=namespaces, pods=rows)
+        matching += 1
+    return PodList(total=len(records), matching=matching, offset=offset, limit=limit,
+                   namespaces=namespaces, pods=rows)
 
 
 def _flatten(value: Any) -> Any:

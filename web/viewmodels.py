@@ -80,10 +80,14 @@ class PodRow:
 
 @dataclass(frozen=True, slots=True)
 class PodList:
-    """One page of Pods: ``matching`` of ``total`` matched the filters, ``pods`` are shown."""
+    """One page of Pods: ``matching`` of ``total`` matched the filters; ``pods`` are those of
+    them from the ``offset``-th on (0: the first), at most ``limit``: empty when ``offset`` is
+    past the last match."""
 
     total: int
     matching: int
+    offset: int
+    limit: int
     namespaces: list[str]
     pods: list[PodRow]
 

@@ -375,8 +375,8 @@ async def test_pages_forbid_inline_scripts(client: Client) -> None:
 
 async def test_api_pods_shape_and_filters(client: Client) -> None:
     body = (await client.get("/api/v1/pods", params={"namespace": "team-a"})).json()
-    assert set(body) == {"total", "matching", "namespaces", "pods"}
-    assert (body["total"], body["matching"]) == (5, 2)
+    assert set(body) == {"total", "matching", "offset", "limit", "namespaces", "pods"}
+    assert (body["total"], body["matching"], body["offset"], body["limit"]) == (5, 2, 0, 1000)
     pod = body["pods"][0]
     assert set(pod) == {"namespace", "name", "state", "phase", "job_id", "job_state",
                         "pending_reason", "slurm_node", "k8s_node", "created_at",
@@ -428,7 +428,7 @@ async def test_openapi_has_the_api_and_not_the_pages(client: Client) -> None:
         "/api/v1/policies", "/api/v1/gangs", "/api/v1/gangs/{namespace}/{name}",
         "/api/v1/trends"}
     params = {p["name"] for p in schema["paths"]["/api/v1/pods"]["get"]["parameters"]}
-    assert params == {"namespace", "state", "q", "limit"}
+    assert params == {"namespace", "state", "q", "offset", "limit"}
     assert "PodRow" in schema["components"]["schemas"]
 
 
