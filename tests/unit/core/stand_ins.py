@@ -162,13 +162,13 @@ def namespace(name: str = "ns") -> Obj:
     return {"metadata": {"name": name, "uid": f"ns-{name}", "labels": {}}}
 
 
-def put(informer: kube.Informer, obj: Obj) -> None:
+def put(informer: kube.Informer | kube.Subset, obj: Obj) -> None:
     """The informer's cache as a watch event would leave it."""
     informer.cache[kube.key(obj)] = obj
     informer.generation += 1
 
 
-def drop(informer: kube.Informer, obj: Obj) -> None:
+def drop(informer: kube.Informer | kube.Subset, obj: Obj) -> None:
     informer.cache.pop(kube.key(obj), None)
     informer.generation += 1
 

@@ -128,7 +128,10 @@ async def test_without_the_scheduler_only_the_shared_informers_run() -> None:
     async with stand_ins.bed(components=["syncer"]) as made:
         resources = [i.resource for i in made.cluster.informers()]
         assert "namespaces" not in resources
-        assert all(i not in made.cluster.informers() for i in made.cluster.pod_informers)
+        assert resources.count("pods") == 2  # every Pod's, the slurmd Pods'
+        made.any_pod(stand_ins.pod())
+        assert made.cluster.pods_on("node-a") == [] and all(
+            not i.cache for i in made.cluster.pod_informers), "no scheduler: no Pods of ours"
 
 
 async def test_the_node_index_and_snapshot_are_built_again_only_on_change(bed: Bed) -> None:
