@@ -12,7 +12,7 @@ import datetime
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from sunk.slurm.job import Job
+from sunk.slurm.job import SHOWN_FIELDS, Job
 from sunk.state import PodRecord
 from web.protocol import SchedulerView
 from web.viewmodels import (
@@ -27,11 +27,9 @@ from web.viewmodels import (
 )
 
 FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
-#: Fields of Slurm's own job record worth showing next to what sunk submitted.
-SLURM_JOB_FIELDS: Final = (
-    "job_id", "name", "job_state", "state_reason", "state_description", "partition", "account",
-    "qos", "user_name", "nodes", "priority", "time_limit", "submit_time", "start_time",
-    "end_time", "tres_req_str", "tres_alloc_str", "comment", "extra", "exit_code")
+#: Fields of Slurm's own job record worth showing next to what sunk submitted (the job keeps
+#: only these).
+SLURM_JOB_FIELDS: Final = SHOWN_FIELDS
 _TIME_FIELDS: Final = frozenset({"submit_time", "start_time", "end_time"})
 
 

@@ -54,11 +54,15 @@ def record(**fields: Any) -> dict[str, Any]:
 
 
 def test_from_api_reads_the_fields_and_parses_extra_once() -> None:
-    raw = record()
+    raw = record(qos="high", script="#!/bin/sh\n" + "x" * 10_000,
+                 environment=["A=1"] * 100)
     job = Job.from_api(raw)
     assert (job.job_id, job.name, job.state, job.nodes, job.reason) == (
         7, "pod:ns/p-0", "RUNNING", "h100-000", "None")
-    assert job.admin_comment == admin_comment(WHO) and job.raw is raw
+    assert job.admin_comment == admin_comment(WHO)
+    # what the dashboard shows is kept, not the whole 18 kB record
+    assert job.raw["qos"] == "high" and job.raw["nodes"] == "h100-000"
+    assert "script" not in job.raw and "environment" not in job.raw
     assert job.owner == WHO and job.started
     assert not job.finished
 
