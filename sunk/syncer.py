@@ -93,15 +93,19 @@ class Syncer:
             await asyncio.sleep(interval)
 
     def _fingerprint(self, slurm_node: str, k8s_node: str) -> tuple[object, ...]:
-        """What a node's plan is made from, as versions: unchanged since its last look, the
-        sweep does not look again (a busy node otherwise is, every sweep, for nothing), unless
-        a lock asked for is not answered yet."""
+        """What a node's plan is made from, as versions, and whether a lock request still
+        keeps the lock (the one thing that changes with time alone): unchanged since its last
+        look, the sweep does not look again (a busy node otherwise is, every sweep, for
+        nothing), unless a lock asked for is not answered yet."""
         info = self.cluster.state.slurm_nodes.get(slurm_node, {})
         node = self.cluster.node(k8s_node) or {}
         slurmd = self.cluster.index().slurmd.get(slurm_node) or {}
         pods = tuple(sorted((kube.key(p), p["metadata"].get("resourceVersion"))
                             for p in self.cluster.pods_on(k8s_node)))
-        return (tuple(info.get("state") or ()), str(info.get("reason")),
+        request = self.requests.get(slurm_node)
+        # a request keeps the lock for a while after its answer: when it stops, look again
+        kept = request is not None and request.keeps_lock(time.monotonic())
+        return (kept, tuple(info.get("state") or ()), str(info.get("reason")),
                 str(info.get("cpus")), str(info.get("real_memory")), str(info.get("gres")),
                 _version(node), _version(slurmd), pods)
 

@@ -388,8 +388,11 @@ async def test_the_sweep_looks_again_at_a_busy_node_only_once_something_changed(
     assert await one_sweep() == ["slurm-1"], "a lock asked for: looked at every sweep"
     await syncer.reconcile("slurm-1")
     assert await one_sweep() == ["slurm-1"]
-    syncer.requests["slurm-1"].answered_at = 1.0
+    syncer.requests["slurm-1"].answered_at = time.monotonic()
+    await syncer.reconcile("slurm-1")
     assert await one_sweep() == [], "answered, and nothing changed since"
+    syncer.requests["slurm-1"].answered_at = 1.0  # its grace is over: the lock may go
+    assert await one_sweep() == ["slurm-1"]
 
 
 async def test_a_pod_event_on_a_node_being_locked_queues_it(sync: Sync) -> None:
