@@ -157,7 +157,7 @@ def render(figures: dict[str, Any]) -> str:
              "| overhead p50 / p99 s | started-to-bound p50 / p99 s | scheduler CPU per Pod ms "
              "| scheduler share of a core |",
              "|---|---|---|---|---|---|---|"]
-    for rate, both in figures["rates"].items():
+    for rate, both in sorted(figures["rates"].items(), key=lambda kv: float(kv[0])):
         raw, ours = both["raw"], both["sunk"]
 
         def two(s: dict[str, float]) -> str:
