@@ -11,8 +11,8 @@ scheduler, the syncer, the hook API and the dashboard read it; only the Slurm po
 from __future__ import annotations
 
 import asyncio
-import functools
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any

@@ -113,13 +113,14 @@ class HookAnswers:
             return None
         who, pods = found
         self.cluster.jobs.heard_started(job_id)
-        if not who.gang and node in expand_hostlist(self.cluster.jobs.allocated.get(job_id, "")):
-            # Slurm was read when the job's prolog asked for this node's lock: the job runs
-            # there. The call (the job's own credential, or the node's) says its script has
-            # written ": started"; a second read would only add slurmctld's delay.
-            if self.cluster.jobs.started_by_hook(job_id) is not None:
-                self.wake(who)
-                return who.key, not pods
+        # Slurm was read when the job's prolog asked for this node's lock: the job runs there.
+        # The call (the job's own credential, or the node's) says its script has written
+        # ": started"; a second read would only add slurmctld's delay.
+        if (not who.gang
+                and node in expand_hostlist(self.cluster.jobs.allocated.get(job_id, ""))
+                and self.cluster.jobs.started_by_hook(job_id) is not None):
+            self.wake(who)
+            return who.key, not pods
         fresh = await self._fresh_job(job_id)
         if fresh.state != "RUNNING":
             raise HookRefused(409, f"Slurm shows job {job_id} {fresh.state.lower()}, not "

@@ -14,12 +14,13 @@ job's details (``GET /job/{id}``: its node, and its ``extra``, where the placeho
   prolog's lock was answered (the script starts right after): the placeholder's ``started``
   hook normally says so at once, with the node, and binds the Pod; reading the job is the
   fallback when that call was lost (on a loaded node slurmstepd takes seconds to launch the
-  script: a shorter wait read most jobs under load). Not while its prolog still waits for the lock (no script
-  runs yet), and only after ``unlocked_every`` seconds for a running job whose prolog this
-  scheduler has not heard from (one that asked a scheduler since restarted): under load
-  Slurm shows a job running seconds before its prolog calls;
+  script: a shorter wait read most jobs under load). Not while its prolog still waits for the
+  lock (no script runs yet), and only after ``unlocked_every`` seconds for a running job
+  whose prolog this scheduler has not heard from (one that asked a scheduler since
+  restarted): under load Slurm shows a job running seconds before its prolog calls;
 - it is pending: once a second after it was submitted (Slurm has said why it waits by
-  then), then every ``pending_every`` seconds, a few jobs per poll (the dashboard shows why).
+  then), then every ``pending_every`` seconds, a few jobs per poll, never-read ones first
+  (the dashboard shows why).
 
 A job that ended needs no details: its state is all that reconciling reads.
 """
