@@ -112,6 +112,24 @@ class StartedReports:
         else:
             path.write_text(text)
 
+    async def submit(self, slurm: httpx.AsyncClient, name: str, extra: str,
+                     nodes: int = 1) -> tuple[int, float]:
+        """Submit a raw placeholder job (1 CPU and 100 MB on each of ``nodes`` nodes) that
+        reports ``started`` here; its id, and when the submit was sent (monotonic)."""
+        job: dict[str, Any] = {
+            "name": name, "extra": extra, "current_working_directory": "/tmp",
+            "script": "#!/bin/sh\nexec /opt/sunk/scripts/placeholder.sh\n",
+            "tasks": nodes, "cpus_per_task": 1, "memory_per_node": {"set": True, "number": 100},
+            "standard_output": "/dev/null",
+            "environment": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", f"SUNK_JOB_EXTRA={extra}",
+                            "SUNK_KILL_WAIT=30", f"SUNK_HOOKS_ENV={self.hooks_env}"]}
+        if nodes > 1:
+            job.update({"nodes": str(nodes), "minimum_nodes": nodes, "maximum_nodes": nodes})
+        at = time.monotonic()  # as for a Pod: from when the request is sent
+        r = await slurm.post("/slurm/v0.0.42/job/submit", json={"job": job})
+        r.raise_for_status()
+        return int(r.json()["job_id"]), at
+
     async def wait_for(self, count: int) -> None:
         while len(self.started) < count:
             self._changed.clear()

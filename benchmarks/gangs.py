@@ -53,21 +53,9 @@ async def raw_phase(slurm: httpx.AsyncClient, size: int, count: int,
 
     def submit(i: int) -> Any:
         async def call() -> None:
-            extra = f"bench-gang-{run_id}-{size}-{i}"
-            job = {"name": f"bench-gang-{size}-{i}", "extra": extra,
-                   "current_working_directory": "/tmp",
-                   "script": "#!/bin/sh\nexec /opt/sunk/scripts/placeholder.sh\n",
-                   "nodes": str(size), "minimum_nodes": size, "maximum_nodes": size,
-                   "tasks": size, "cpus_per_task": 1,
-                   "memory_per_node": {"set": True, "number": 100},
-                   "standard_output": "/dev/null",
-                   "environment": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin",
-                                   f"SUNK_JOB_EXTRA={extra}", "SUNK_KILL_WAIT=30",
-                                   f"SUNK_HOOKS_ENV={reports.hooks_env}"]}
-            at = time.monotonic()
-            r = await slurm.post("/slurm/v0.0.42/job/submit", json={"job": job})
-            r.raise_for_status()
-            submitted[int(r.json()["job_id"])] = at
+            job_id, at = await reports.submit(slurm, f"bench-gang-{size}-{i}",
+                                              f"bench-gang-{run_id}-{size}-{i}", nodes=size)
+            submitted[job_id] = at
 
         return call
 

@@ -60,19 +60,7 @@ async def raw_phase(tb: cluster.Testbed, slurm: httpx.AsyncClient, rate: float,
     run_id = int(time.time())
     async with StartedReports(tb) as reports:
         async def one(i: int) -> None:
-            extra = f"bench-open-{run_id}-{i}"
-            job = {"name": f"open-{i}", "extra": extra, "current_working_directory": "/tmp",
-                   "script": "#!/bin/sh\nexec /opt/sunk/scripts/placeholder.sh\n",
-                   "cpus_per_task": 1, "tasks": 1,
-                   "memory_per_node": {"set": True, "number": 100},
-                   "standard_output": "/dev/null",
-                   "environment": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin",
-                                   f"SUNK_JOB_EXTRA={extra}", "SUNK_KILL_WAIT=30",
-                                   f"SUNK_HOOKS_ENV={reports.hooks_env}"]}
-            at = time.monotonic()
-            r = await slurm.post("/slurm/v0.0.42/job/submit", json={"job": job})
-            r.raise_for_status()
-            job_id = int(r.json()["job_id"])
+            job_id, at = await reports.submit(slurm, f"open-{i}", f"bench-open-{run_id}-{i}")
             submitted[job_id] = at
             while job_id not in reports.started:
                 if time.monotonic() - at > WITHIN:

@@ -90,19 +90,9 @@ async def baseline(slurm: httpx.AsyncClient, count: int, reports: StartedReports
 
     def submit(i: int) -> Any:
         async def call() -> None:
-            extra = f"bench-baseline-{run_id}-{i}"
-            job = {"name": f"bench-{i}", "extra": extra, "current_working_directory": "/tmp",
-                   "script": "#!/bin/sh\nexec /opt/sunk/scripts/placeholder.sh\n",
-                   "cpus_per_task": 1, "tasks": 1, "memory_per_node": {"set": True,
-                                                                        "number": 100},
-                   "standard_output": "/dev/null",
-                   "environment": ["PATH=/usr/sbin:/usr/bin:/sbin:/bin",
-                                   f"SUNK_JOB_EXTRA={extra}", "SUNK_KILL_WAIT=30",
-                                   f"SUNK_HOOKS_ENV={reports.hooks_env}"]}
-            at = time.monotonic()  # as for a Pod: from when the request is sent
-            r = await slurm.post("/slurm/v0.0.42/job/submit", json={"job": job})
-            r.raise_for_status()
-            submitted[int(r.json()["job_id"])] = at
+            job_id, at = await reports.submit(slurm, f"bench-{i}",
+                                              f"bench-baseline-{run_id}-{i}")
+            submitted[job_id] = at
 
         return call
 
