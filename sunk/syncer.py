@@ -87,6 +87,7 @@ class Syncer:
                 request = self.requests.get(slurm_node)
                 if self._needs_look(slurm_node, k8s_node) and (
                         (request is not None and request.answered_at is None)
+                        or self._lock_state(slurm_node) is LockState.PENDING  # evictions
                         or self._seen.get(slurm_node) != self._fingerprint(slurm_node,
                                                                            k8s_node)):
                     self.queue.add(slurm_node)
@@ -278,12 +279,15 @@ class Syncer:
         facts = self.facts(slurm_node)
         if facts is None:
             return
-        self._seen[slurm_node] = self._fingerprint(slurm_node, facts.k8s_node)
+        # what this look saw, kept only once it has been acted on: a look whose writes failed
+        # (the API server away) is made again, though nothing it saw has changed since
+        seen = self._fingerprint(slurm_node, facts.k8s_node)
         index = self.cluster.index()
         node = self.cluster.node(facts.k8s_node)
         slurmd = index.slurmd[slurm_node]
         assert node is not None
         await self.executor.apply_node(facts, node, slurmd, nodeplan.plan_node(facts),
                                        pod_of=self.cluster.any_pod)
+        self._seen[slurm_node] = seen
         self._looked_at[slurm_node] = began
         self._lock_changed(slurm_node)  # a waiting prolog may answer now

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from sunk import kube
 from sunk.hookauth import HookRefused
 from sunk.locking import LOCK_KEY, LOCK_TAINT_SPEC, LockState
 from sunk.syncer import REQUEST_TTL, LockRequest, Syncer
@@ -388,11 +389,27 @@ async def test_the_sweep_looks_again_at_a_busy_node_only_once_something_changed(
     assert await one_sweep() == ["slurm-1"], "a lock asked for: looked at every sweep"
     await syncer.reconcile("slurm-1")
     assert await one_sweep() == ["slurm-1"]
+    # a lock still being taken (pending: evictions to retry) is looked at every sweep
+    assert syncer._lock_state("slurm-1") is LockState.PENDING
     syncer.requests["slurm-1"].answered_at = time.monotonic()
-    await syncer.reconcile("slurm-1")
-    assert await one_sweep() == [], "answered, and nothing changed since"
-    syncer.requests["slurm-1"].answered_at = 1.0  # its grace is over: the lock may go
     assert await one_sweep() == ["slurm-1"]
+
+
+async def test_a_look_whose_writes_failed_is_made_again_though_nothing_changed(
+        sync: Sync) -> None:
+    bed, syncer = sync.bed, sync.syncer
+    sync.slurm_node("ALLOCATED")
+    syncer.requests["slurm-1"] = LockRequest(41, True)
+    bed.kube.routes[("PATCH", NODE_PATH)] = answer(503, {"message": "the API server is away"})
+    with pytest.raises(kube.KubeError):
+        await syncer.reconcile("slurm-1")
+    del syncer.requests["slurm-1"]
+    sweep = asyncio.create_task(syncer._sweep(interval=60))
+    try:
+        await until(lambda: len(syncer.queue) == 1)
+    finally:
+        await stop(sweep)
+    assert await syncer.queue.get() == "slurm-1"
 
 
 async def test_a_pod_event_on_a_node_being_locked_queues_it(sync: Sync) -> None:
