@@ -112,13 +112,13 @@ class HookAnswers:
         if found is None:
             return None
         who, pods = found
-        self.cluster.jobs.heard_started(job_id)
         # Slurm was read when the job's prolog asked for this node's lock: the job runs there.
         # The call (the job's own credential, or the node's) says its script has written
         # ": started"; a second read would only add slurmctld's delay.
         if (not who.gang
                 and node in expand_hostlist(self.cluster.jobs.allocated.get(job_id, ""))
                 and self.cluster.jobs.started_by_hook(job_id) is not None):
+            self.cluster.jobs.heard_started(job_id)
             self.wake(who)
             return who.key, not pods
         fresh = await self._fresh_job(job_id)
@@ -130,6 +130,7 @@ class HookAnswers:
         if not fresh.started:
             raise HookRefused(409, f"job {job_id}'s extra does not say started: the "
                                    "placeholder writes it before it calls")
+        self.cluster.jobs.heard_started(job_id)
         self.wake(who)
         return who.key, not pods
 
