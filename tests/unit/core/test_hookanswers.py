@@ -92,7 +92,9 @@ async def test_started_is_refused_unless_slurm_runs_the_started_job_there(
     assert exc.status == 409 and why in exc.detail
     assert bed.slurm.paths() == [f"{SLURM}/job/41"], "Slurm's word is read, not the cache's"
     assert hooks.woken == [] and bed.kube.seen == []
-    assert 41 not in bed.cluster.jobs.started_at, "a refused call does not time the start"
+    slurm_started = str((slurm_says or {}).get("extra", "")).endswith(": started")
+    assert (41 in bed.cluster.jobs.started_at) == slurm_started, (
+        "only Slurm's own word times the start of a job whose call was refused")
 
 
 async def test_started_on_its_node_wakes_the_pod_at_once(hooks: Hooks) -> None:
