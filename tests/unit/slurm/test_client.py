@@ -312,3 +312,16 @@ async def test_unreachable_over_a_real_connection_is_status_zero() -> None:
     finally:
         await client.aclose()
     assert caught.value.status == 0 and not caught.value.permanent
+
+
+async def test_all_jobs_keeps_the_fields_it_reads_and_skips_unusable_records(
+        rest: Slurmrestd, client: SlurmClient, caplog: pytest.LogCaptureFixture) -> None:
+    full = slurm_job(1, extra=job_extra(WHO))
+    full.update(account="research", qos="low", batch_host="n1", environment=["A=1"])
+    rest.answer(jobs=[full, {"name": "no id"}, {"job_id": "x"}])
+    [job] = await client.all_jobs()
+    assert (job.job_id, job.raw["account"], job.raw["qos"]) == (1, "research", "low")
+    assert "batch_host" not in job.raw and "environment" not in job.raw
+    assert caplog.text.count("without a usable job_id") == 2
+    rest.answer(jobs=[full, "not a record"])  # odd parts: read field by field
+    assert [j.job_id for j in await client.all_jobs()] == [1]
