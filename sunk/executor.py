@@ -30,6 +30,34 @@ from sunk.state import PodRecord
 log = logging.getLogger("sunk.executor")
 
 
+def _plain(value: Any) -> str:
+    """A job field as text: "" unless a non-blank string (Slurm's record may hold anything)."""
+    return value.strip() if isinstance(value, str) else ""
+
+
+def account_and_qos(slurm_record: Mapping[str, Any] | None,
+                    submitted: Mapping[str, Any] | None) -> tuple[str, str]:
+    """A job's account and QOS: Slurm's own record of it first (what the job runs under,
+    defaults included), else the job description sunk submitted (which names them only if a
+    policy or annotation set them); "" where neither says, or says something that is not text."""
+    slurm_record, submitted = slurm_record or {}, submitted or {}
+    account = _plain(slurm_record.get("account")) or _plain(submitted.get("account"))
+    qos = _plain(slurm_record.get("qos")) or _plain(submitted.get("qos"))
+    return account, qos
+
+
+def scheduled_message(pod_key: str, k8s_node: str, slurm_node: str, job_id: int, *,
+                      account: str = "", qos: str = "") -> str:
+    """The ``Scheduled`` Event's message (what ``kubectl describe pod`` shows): the Node, and
+    the Slurm node, job, account and QOS behind it; an account or QOS not known is left out."""
+    job = [f"Slurm node {slurm_node}", f"job {job_id}"]
+    if account:
+        job.append(f"account {account}")
+    if qos:
+        job.append(f"QOS {qos}")
+    return f"Successfully assigned {pod_key} to {k8s_node} ({', '.join(job)})"
+
+
 class RetryLater(LookupError):
     """Nothing can be done for this object yet: the worker backs off and looks again.
     ``room``: it waits for room on a Node (a Pod leaving a Node wakes it early)."""
@@ -295,9 +323,11 @@ class Executor:
             metrics.BIND_LATENCY.observe(record.time_to_bound)
         log.info("pod %s: bound to %s (Slurm node %s)%s", kube.key(pod), k8s_node, slurm_node,
                  self._timings(job_id))
-        self.pod_event(pod, record, "Scheduled",
-                       f"Successfully assigned {kube.key(pod)} to {k8s_node} "
-                       f"(Slurm node {slurm_node}, job {job_id})")
+        job = self.cluster.jobs.get(job_id)
+        account, qos = account_and_qos(job.raw if job is not None else None,
+                                       record.job_description)
+        self.pod_event(pod, record, "Scheduled", scheduled_message(
+            kube.key(pod), k8s_node, slurm_node, job_id, account=account, qos=qos))
 
     def _timings(self, job_id: int) -> str:
         """How long the job took to start and the binding to follow, for the log (what the

@@ -14,7 +14,7 @@ import pytest
 from sunk import actions as do
 from sunk import kube
 from sunk.cluster import Cluster
-from sunk.executor import Executor, RetryLater
+from sunk.executor import Executor, RetryLater, account_and_qos, scheduled_message
 from sunk.hookauth import HookKeys
 from sunk.locking import LOCK_KEY, LockState
 from sunk.nodeplan import NodeFacts
@@ -159,6 +159,79 @@ async def test_binding_names_the_pod_uid_and_is_assumed_until_watched(bed: Bed) 
     await settle(bed)
     (event,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/events")
     assert event["reason"] == "Scheduled" and "job 41" in event["message"]
+
+
+@pytest.mark.parametrize(("slurm_record", "submitted", "expected"), [
+    ({"account": "research", "qos": "low"}, {"account": "asked", "qos": "high"},
+     ("research", "low")),  # Slurm's record first: what the job runs under
+    ({}, {"account": "asked", "qos": "high"}, ("asked", "high")),  # never read from Slurm
+    (None, None, ("", "")),
+    ({"account": "", "qos": "  "}, {"name": "j"}, ("", "")),  # empty, and not submitted
+    ({"account": 7, "qos": ["low"]}, {"account": None, "qos": "high"}, ("", "high")),
+    ({"account": {"set": True}}, {"account": "asked"}, ("asked", "")),
+    ({"account": " research "}, None, ("research", "")),
+])
+def test_a_jobs_account_and_qos_are_plain_text_from_slurm_else_as_submitted(
+        slurm_record: dict[str, Any] | None, submitted: dict[str, Any] | None,
+        expected: tuple[str, str]) -> None:
+    assert account_and_qos(slurm_record, submitted) == expected
+
+
+@pytest.mark.parametrize(("account", "qos", "tail"), [
+    ("research", "low", "(Slurm node n1, job 42, account research, QOS low)"),
+    ("research", "", "(Slurm node n1, job 42, account research)"),
+    ("", "low", "(Slurm node n1, job 42, QOS low)"),
+    ("", "", "(Slurm node n1, job 42)"),
+])
+def test_the_scheduled_message_names_what_is_known_of_the_job(account: str, qos: str,
+                                                               tail: str) -> None:
+    assert scheduled_message("ns/p", "node-a", "n1", 42, account=account, qos=qos) == (
+        f"Successfully assigned ns/p to node-a {tail}")
+
+
+async def scheduled_event(bed: Bed) -> str:
+    await settle(bed)
+    (event,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/events")
+    assert event["reason"] == "Scheduled"
+    return str(event["message"])
+
+
+async def test_the_scheduled_event_names_the_account_and_qos_slurm_runs_the_job_under(
+        bed: Bed) -> None:
+    add_node(bed)
+    bed.cluster.jobs.jobs[41] = Job(job_id=41, name="pod:ns/p", state="RUNNING", extra="",
+                                    nodes="slurm-1", reason="",
+                                    raw={"account": "research", "qos": "low"})
+    rec = record()
+    rec.job_description = {"account": "asked", "qos": "high"}
+    await bed.executor.apply_pod(pod(), rec, [do.Bind("node-a", "slurm-1", 41)])
+    assert await scheduled_event(bed) == (
+        "Successfully assigned ns/p to node-a (Slurm node slurm-1, job 41, account research, "
+        "QOS low)")
+
+
+async def test_the_scheduled_event_falls_back_to_the_submitted_account(bed: Bed) -> None:
+    add_node(bed)
+    bed.cluster.jobs.jobs[41] = Job(job_id=41, name="pod:ns/p", state="RUNNING", extra="",
+                                    nodes="slurm-1", reason="")  # never read: no record
+    rec = record()
+    rec.job_description = {"account": "asked", "environment": []}
+    await bed.executor.apply_pod(pod(), rec, [do.Bind("node-a", "slurm-1", 41)])
+    assert await scheduled_event(bed) == (
+        "Successfully assigned ns/p to node-a (Slurm node slurm-1, job 41, account asked)")
+
+
+async def test_a_gang_members_scheduled_event_names_its_gang_jobs_account_and_qos(
+        bed: Bed) -> None:
+    add_node(bed)
+    bed.cluster.jobs.jobs[50] = Job(job_id=50, name="gang:ns/job:g", state="RUNNING",
+                                    extra="", nodes="slurm-[1-2]", reason="",
+                                    raw={"account": "training", "qos": "gang"})
+    await bed.executor.apply_gang("gang-id", {"ns/p": pod()}, [
+        ("ns/p", do.Bind("node-a", "slurm-1", 50, {f"{PREFIX}rank": "0"}))])
+    assert await scheduled_event(bed) == (
+        "Successfully assigned ns/p to node-a (Slurm node slurm-1, job 50, account training, "
+        "QOS gang)")
 
 
 async def test_an_annotation_written_is_not_written_again_before_the_watch_shows_it(
