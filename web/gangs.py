@@ -7,8 +7,11 @@ Pure functions over the scheduler's gang records (``SchedulerState.gangs``, whic
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from sunk.slurm.job import Job
 from sunk.state import GangRecord
-from web.pods import slurm_job
+from web.pods import account_and_qos, slurm_job
 from web.protocol import SchedulerView
 from web.viewmodels import (
     GangDetail,
@@ -36,7 +39,7 @@ def waits(state: GangState) -> bool:
     return state in ("waiting", "rejected")
 
 
-def _gang_row(rec: GangRecord) -> GangRow:
+def _gang_row(rec: GangRecord, jobs: Mapping[int, Job]) -> GangRow:
     members = []
     for m in sorted(rec.members, key=lambda m: (m.rank, m.key)):
         namespace, _, name = m.key.partition("/")
@@ -44,18 +47,20 @@ def _gang_row(rec: GangRecord) -> GangRow:
                                       slurm_node=m.slurm_node, k8s_node=m.k8s_node,
                                       phase=m.phase))
     last = rec.history[-1] if rec.history else None
+    # the gang's job description is not kept: only Slurm's record of the job says
+    account, qos = account_and_qos(jobs.get(rec.job_id) if rec.job_id is not None else None)
     return GangRow(
         namespace=rec.namespace, name=rec.name, state=gang_state(rec), size=rec.size,
         members=members, bound=sum(bool(m.k8s_node) for m in members), job_id=rec.job_id,
         job_state=rec.job_state, waiting=rec.waiting, problem=rec.problem,
         last_transition=f"{last.what}: {last.detail}" if last and last.detail else
-        (last.what if last else ""))
+        (last.what if last else ""), account=account, qos=qos)
 
 
 def gangs(scheduler: SchedulerView) -> GangList:
     """Every gang: those that wait (or can never run) first, then by namespace and name (a
     stable order: rows do not jump between refreshes unless a gang starts or stops waiting)."""
-    rows = [_gang_row(rec) for rec in scheduler.state.gangs.values()]
+    rows = [_gang_row(rec, scheduler.jobs) for rec in scheduler.state.gangs.values()]
     rows.sort(key=lambda g: (not waits(g.state), g.namespace, g.name))
     return GangList(total=len(rows), waiting=sum(waits(g.state) for g in rows), gangs=rows)
 
@@ -66,6 +71,6 @@ def gang_detail(scheduler: SchedulerView, namespace: str, name: str) -> GangDeta
         return None
     job = scheduler.jobs.get(rec.job_id) if rec.job_id is not None else None
     return GangDetail(
-        gang=_gang_row(rec), slurm_job=slurm_job(job),
+        gang=_gang_row(rec, scheduler.jobs), slurm_job=slurm_job(job),
         history=[TransitionView(utc(t.at), t.what, t.detail) for t in reversed(rec.history)])
 

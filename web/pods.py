@@ -91,6 +91,22 @@ def gang_of(scheduler: SchedulerView, pod: str, ranks: GangRanks) -> tuple[str, 
     return gang, ranks.get((gang, pod))
 
 
+def _plain(value: Any) -> str:
+    """A job field as text: "" unless a non-blank string (Slurm's record may hold anything)."""
+    return value.strip() if isinstance(value, str) else ""
+
+
+def account_and_qos(job: Job | None, description: Mapping[str, Any] | None = None
+                    ) -> tuple[str, str]:
+    """The Slurm account and QOS a job runs under: Slurm's own record of it first (defaults
+    included), else the job description sunk submitted (which names them only if set); "" where
+    neither says, or says something that is not text. Two dict lookups: cheap for every row."""
+    raw: Mapping[str, Any] = job.raw if job is not None else {}
+    submitted = description or {}
+    return (_plain(raw.get("account")) or _plain(submitted.get("account")),
+            _plain(raw.get("qos")) or _plain(submitted.get("qos")))
+
+
 def _pod_row(scheduler: SchedulerView, rec: PodRecord, now: float, ranks: GangRanks
              ) -> PodRow:
     to_bound = rec.time_to_bound
@@ -98,6 +114,8 @@ def _pod_row(scheduler: SchedulerView, rec: PodRecord, now: float, ranks: GangRa
         to_bound = scheduled_after(pod_object(scheduler, rec.namespace, rec.name), rec.created)
     last = rec.history[-1] if rec.history else None
     gang, rank = gang_of(scheduler, rec.key, ranks)
+    job = scheduler.jobs.get(rec.job_id) if rec.job_id is not None else None
+    account, qos = account_and_qos(job, rec.job_description)
     return PodRow(
         namespace=rec.namespace, name=rec.name, state=pod_state(rec), phase=rec.phase,
         job_id=rec.job_id, job_state=rec.job_state, pending_reason=rec.pending_reason,
@@ -106,7 +124,7 @@ def _pod_row(scheduler: SchedulerView, rec: PodRecord, now: float, ranks: GangRa
         last_event=rec.last_event,
         last_transition=f"{last.what}: {last.detail}" if last and last.detail else
         (last.what if last else ""),
-        rejected=rec.rejected, gang=gang, gang_rank=rank)
+        rejected=rec.rejected, gang=gang, gang_rank=rank, account=account, qos=qos)
 
 
 def pods(scheduler: SchedulerView, now: float, *, namespace: str = "", state: str = "",

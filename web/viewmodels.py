@@ -76,6 +76,10 @@ class PodRow:
     #: there; "" and None for a Pod scheduled alone.
     gang: str = ""
     gang_rank: int | None = None
+    #: The Slurm account and QOS its job runs under: Slurm's record of the job, else what sunk
+    #: submitted; "" while neither says.
+    account: str = ""
+    qos: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +162,9 @@ class GangRow:
     problem: str
     #: The newest transition the scheduler noted.
     last_transition: str
+    #: The Slurm account and QOS of its job, from Slurm's record of it ("" while not read).
+    account: str = ""
+    qos: str = ""
 
 
 @dataclass(frozen=True, slots=True)

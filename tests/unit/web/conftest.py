@@ -29,11 +29,15 @@ def cluster(now: float) -> StaticScheduler:
                reason="k8s: cordoned by kubectl", cordoned=True, gres_type="a100")
     s.add_node("h100-002", "kwok-node-002", state=("IDLE", "DRAIN"), reason=f"bad GPU {SCRIPT}")
     s.add_node("a100-003", "kwok-node-003", lock=None, gres_type="a100")
+    # the account and QOS of a job: as submitted (Slurm's record not read yet), as Slurm's
+    # record says, and neither (bound-1, done-1)
     s.add_pod("team-a", "waiting-1", created=now - 30, job_id=11, job_state="PENDING",
-              pending_reason="Resources", last_event="JobSubmitted: Slurm job 11 submitted")
+              pending_reason="Resources", last_event="JobSubmitted: Slurm job 11 submitted",
+              account="team-a", read=False)
     s.add_pod("team-a", "running-1", created=now - 600, phase="Running", job_id=12,
               job_state="RUNNING", slurm_node="h100-000", k8s_node="kwok-node-000",
-              bound_after=1.25, last_event="Scheduled: Successfully assigned")
+              bound_after=1.25, last_event="Scheduled: Successfully assigned",
+              account="research", qos="high")
     s.add_pod("team-b", "bound-1", created=now - 5, job_id=13, job_state="RUNNING",
               slurm_node="h100-000", k8s_node="kwok-node-000", bound_after=0.5)
     s.add_pod("team-b", "evil", created=now - 60,
@@ -56,7 +60,7 @@ def add_gangs(s: StaticScheduler, now: float) -> StaticScheduler:
     members given out of rank order; one whose job waits for nodes; one with a hostile name
     that can never run. And a Pod whose gang is gone (``gang_of`` still names it)."""
     s.add_gang("team-a", "job:train", 3, created=now - 300, job_id=20, job_state="RUNNING",
-               members=[("train-2", 2, "a100-003", "kwok-node-003"),
+               account="training", qos="gang", members=[("train-2", 2, "a100-003", "kwok-node-003"),
                         ("train-0", 0, "h100-000", "kwok-node-000"),
                         ("train-1", 1, "a100-001", "kwok-node-001")])
     s.add_gang("team-a", "podgroup:pg1", 2, created=now - 20, job_id=21, job_state="PENDING",

@@ -162,8 +162,11 @@ class StaticScheduler:
                 job_id: int | None = None, job_state: str = "", pending_reason: str = "",
                 slurm_node: str = "", k8s_node: str = "", bound_after: float | None = None,
                 rejected: str = "", last_event: str = "",
-                annotations: Mapping[str, str] | None = None) -> PodRecord:
-        """A Pod record, the Pod object in the informer cache and, with ``job_id``, its job."""
+                annotations: Mapping[str, str] | None = None, account: str = "",
+                qos: str = "", read: bool = True) -> PodRecord:
+        """A Pod record, the Pod object in the informer cache and, with ``job_id``, its job:
+        submitted with ``account`` and ``qos`` (if given) and, if ``read``, Slurm's record of it
+        (:func:`job_record`; not ``read``: a job just submitted, its record never read)."""
         uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"pod/{namespace}/{name}"))
         rec = PodRecord(namespace, name, uid, created, phase=phase, job_id=job_id,
                         job_state=job_state, pending_reason=pending_reason,
@@ -176,10 +179,17 @@ class StaticScheduler:
                                           f"Slurm job {job_id} submitted"))
             rec.job_description = {"name": f"pod:{namespace}/{name}", "nodes": "1",
                                    "cpus_per_task": 2, "extra": f"sunk-pod={namespace}/{name}"}
-            self.jobs[job_id] = Job(job_id=job_id, name=f"pod:{namespace}/{name}",
-                                    state=job_state or "PENDING",
-                                    extra=f"sunk-pod={namespace}/{name} uid={uid}",
-                                    nodes=slurm_node, reason=pending_reason)
+            if account:
+                rec.job_description["account"] = account
+            if qos:
+                rec.job_description["qos"] = qos
+            state = job_state or "PENDING"
+            self.jobs[job_id] = Job(
+                job_id=job_id, name=f"pod:{namespace}/{name}", state=state,
+                extra=f"sunk-pod={namespace}/{name} uid={uid}", nodes=slurm_node,
+                reason=pending_reason,
+                raw=job_record(job_id, state, pending_reason, slurm_node, account=account,
+                               qos=qos) if read else {})
         if rec.bound_at is not None:
             rec.history.append(Transition(rec.bound_at, "Scheduled", f"bound to {k8s_node}"))
         if rejected:
@@ -194,11 +204,13 @@ class StaticScheduler:
 
     def add_gang(self, namespace: str, name: str, size: int | None, *, created: float,
                  members: Sequence[tuple[str, int, str, str]] = (), job_id: int | None = None,
-                 job_state: str = "", waiting: str = "", problem: str = "") -> GangRecord:
+                 job_state: str = "", waiting: str = "", problem: str = "", account: str = "",
+                 qos: str = "") -> GangRecord:
         """A gang (``name`` as ``source:name``) with its members as ``(Pod name, rank, Slurm
         node, Kubernetes Node)``, in the order given (not necessarily by rank): each gets a Pod
         record too, and ``state.gang_of`` names the gang. With ``job_id``, the gang's one job,
-        on its members' Slurm nodes."""
+        on its members' Slurm nodes, with Slurm's record of it (under ``account`` and ``qos``,
+        if given)."""
         gang = GangRecord(namespace, name, size, job_id=job_id, job_state=job_state,
                           waiting=waiting, problem=problem)
         gang.history.append(Transition(created, "seen"))
@@ -216,13 +228,34 @@ class StaticScheduler:
             gang.history.append(Transition(created + 0.1, "JobSubmitted",
                                            f"Slurm job {job_id} for {len(members)} nodes"))
             nodes = ",".join(sorted({m.slurm_node for m in gang.members if m.slurm_node}))
-            self.jobs[job_id] = Job(job_id=job_id, name=f"gang:{gang.key}",
-                                    state=job_state or "PENDING", extra="", nodes=nodes,
-                                    reason="" if nodes else "Resources")
+            state, reason = job_state or "PENDING", "" if nodes else "Resources"
+            self.jobs[job_id] = Job(job_id=job_id, name=f"gang:{gang.key}", state=state,
+                                    extra="", nodes=nodes, reason=reason,
+                                    raw=job_record(job_id, state, reason, nodes,
+                                                   account=account, qos=qos))
         if waiting:
             gang.history.append(Transition(created + 0.2, "waiting", waiting))
         self.state.gangs[gang.key] = gang
         return gang
+
+
+def job_record(job_id: int, state: str, reason: str, nodes: str, *, account: str = "",
+               qos: str = "") -> dict[str, Any]:
+    """Slurm's record of a job as slurmrestd gives it (the fields a job keeps of it)."""
+    raw: dict[str, Any] = {"job_id": job_id, "job_state": [state], "state_reason": reason,
+                           "nodes": nodes}
+    if account:
+        raw["account"] = account
+    if qos:
+        raw["qos"] = qos
+    return raw
+
+
+#: The accounts and QOS of the sample's jobs, by namespace and by index.
+SAMPLE_ACCOUNTS: dict[str, str] = {"research": "research", "inference": "serving",
+                                   "training": "research", "batch-eval": "eval",
+                                   "default": "general"}
+SAMPLE_QOS = ("normal", "normal", "high", "low")
 
 
 def sample(pods: int = 1000, nodes: int = 100, *, gangs: int = 0, seed: int = 1,
@@ -264,10 +297,12 @@ def sample(pods: int = 1000, nodes: int = 100, *, gangs: int = 0, seed: int = 1,
         kind = rng.random()
         slurm_name, k8s_name = busy[rng.randrange(len(busy))] if busy else ("", "")
         job_id += 1
-        if kind < 0.15:
+        account, qos = SAMPLE_ACCOUNTS[ns], SAMPLE_QOS[i % len(SAMPLE_QOS)]
+        if kind < 0.15:  # a fifth of them just submitted: Slurm's record not read yet
             s.add_pod(ns, name, created=created, job_id=job_id, job_state="PENDING",
                       pending_reason=rng.choice(("Resources", "Priority", "QOSMaxGRESPerUser")),
-                      last_event=f"JobSubmitted: Slurm job {job_id} submitted")
+                      last_event=f"JobSubmitted: Slurm job {job_id} submitted",
+                      account=account, qos=qos, read=kind >= 0.03)
         elif kind < 0.18:
             s.add_pod(ns, name, created=created,
                       rejected="InvalidAnnotation: annotation sunk.coreweave.com/timeout must "
@@ -278,17 +313,20 @@ def sample(pods: int = 1000, nodes: int = 100, *, gangs: int = 0, seed: int = 1,
             s.add_pod(ns, name, created=created, phase="Pending", job_id=job_id,
                       job_state="RUNNING", slurm_node=slurm_name, k8s_node=k8s_name,
                       bound_after=rng.uniform(0.3, 5),
-                      last_event=f"Scheduled: Successfully assigned {ns}/{name} to {k8s_name}")
+                      last_event=f"Scheduled: Successfully assigned {ns}/{name} to {k8s_name}",
+                      account=account, qos=qos)
         elif kind < 0.95:
             s.add_pod(ns, name, created=created, phase="Running", job_id=job_id,
                       job_state="RUNNING", slurm_node=slurm_name, k8s_node=k8s_name,
                       bound_after=rng.uniform(0.3, 5),
-                      last_event=f"Scheduled: Successfully assigned {ns}/{name} to {k8s_name}")
+                      last_event=f"Scheduled: Successfully assigned {ns}/{name} to {k8s_name}",
+                      account=account, qos=qos)
         else:
             s.add_pod(ns, name, created=created, phase="Succeeded", job_id=job_id,
                       job_state="COMPLETED", slurm_node=slurm_name, k8s_node=k8s_name,
                       bound_after=rng.uniform(0.3, 5),
-                      last_event="SlurmJobEnded: job completed; deleting the Pod")
+                      last_event="SlurmJobEnded: job completed; deleting the Pod",
+                      account=account, qos=qos)
     sources = ("job", "label", "podgroup", "lws")
     for i in range(gangs):
         ns = namespaces[i % len(namespaces)]
@@ -297,15 +335,16 @@ def sample(pods: int = 1000, nodes: int = 100, *, gangs: int = 0, seed: int = 1,
         size = rng.choice((2, 4, 8))
         ranks = list(range(size))
         job_id += 1
+        account, qos = SAMPLE_ACCOUNTS[ns], SAMPLE_QOS[i % len(SAMPLE_QOS)]
         kind = i % 4
         if kind == 0 and len(busy) >= size:  # running
             placed = rng.sample(busy, size)
             s.add_gang(ns, name, size, created=now - rng.uniform(60, 7200), job_id=job_id,
-                       job_state="RUNNING", members=[
+                       job_state="RUNNING", account=account, qos=qos, members=[
                            (f"{name.split(':')[1]}-{r}", r, *placed[r]) for r in ranks])
         elif kind == 1:  # its job waits for nodes
             s.add_gang(ns, name, size, created=now - rng.uniform(5, 600), job_id=job_id,
-                       job_state="PENDING",
+                       job_state="PENDING", account=account, qos=qos,
                        waiting=f"job {job_id} pending (Resources): waiting for {size} nodes",
                        members=[(f"{name.split(':')[1]}-{r}", r, "", "") for r in ranks])
         elif kind == 2:  # not every member exists yet

@@ -70,11 +70,11 @@ async def test_pods_page_shows_every_column(client: Client) -> None:
     assert row is not None
     cells = [re.sub(r"<[^>]+>", "", c).strip()
              for c in re.findall(r"<td[^>]*>(.*?)</td>", row.group(0), re.S)]
-    assert cells == ["team-a", "running-1", "running", "Running", "12", "RUNNING", "",
-                     "h100-000", "kwok-node-000", cells[9], "1.2s",
+    assert cells == ["team-a", "running-1", "running", "Running", "12", "RUNNING",
+                     "research / high", "", "h100-000", "kwok-node-000", cells[10], "1.2s",
                      "Scheduled: Successfully assigned", ""]
     # 600 s old when the cluster was built (at collection: the suite may take a while since)
-    assert re.fullmatch(r"1\dm\d\ds", cells[9])
+    assert re.fullmatch(r"1\dm\d\ds", cells[10])
     assert "team-b" not in r.text.split("<tbody>")[1]
 
 
@@ -133,6 +133,31 @@ async def test_pod_page_shows_history_events_and_job(client: Client) -> None:
     assert "InvalidAnnotation" in r.text  # the (fake) Events
     assert "&#34;cpus_per_task&#34;: 2" in r.text  # the job description, as JSON
     assert "kwok-node-000" in r.text
+
+
+async def test_pods_show_their_jobs_account_and_qos(client: Client) -> None:
+    r = await client.get("/pods")
+    assert "<th title=\"the Slurm account and QOS the job runs under\">Account / QOS</th>" \
+        in r.text
+    shown = {pod: re.sub(r"<[^>]+>", "", cell).strip() for pod, cell in re.findall(
+        r'<tr data-pod="([^"]+)".*?<td class="account">(.*?)</td>', r.text, re.S)}
+    assert shown == {"team-a/running-1": "research / high",  # Slurm's record
+                     "team-a/waiting-1": "team-a / —",  # as submitted: no QOS asked for
+                     "team-b/bound-1": "—", "team-b/done-1": "—", "team-b/evil": "—"}
+    page = (await client.get("/pods/team-a/running-1")).text
+    assert "<dt>Account</dt><dd>research</dd>" in page and "<dt>QOS</dt><dd>high</dd>" in page
+    page = (await client.get("/pods/team-b/bound-1")).text
+    assert "<dt>Account</dt><dd>—</dd>" in page and "<dt>QOS</dt><dd>—</dd>" in page
+
+
+async def test_account_and_qos_are_shown_as_text(client: Client,
+                                                 scheduler: StaticScheduler) -> None:
+    scheduler.jobs[12].raw.update(account=SCRIPT, qos=SCRIPT)
+    r = await client.get("/pods")
+    assert SCRIPT not in r.text
+    assert f'<td class="account">{ESCAPED} / {ESCAPED}</td>' in r.text
+    r = await client.get("/pods/team-a/running-1")
+    assert SCRIPT not in r.text and f"<dt>Account</dt><dd>{ESCAPED}</dd>" in r.text
 
 
 async def test_pod_page_of_an_unknown_pod(client: Client) -> None:
@@ -205,7 +230,7 @@ async def test_gangs_page_lists_gangs_waiting_first_with_members_in_rank_order(
     assert row is not None
     cells = cell_texts(row.group(0))
     assert cells[:4] == ["team-a", "job:train", "running", "3/3"]
-    assert cells[5:] == ["20", "RUNNING", ""]
+    assert cells[5:] == ["20", "RUNNING", "training / gang", ""]
     members = [re.sub(r"<[^>]+>", "", m) for m in re.findall(r'<div data-rank="\d+">(.*?)</div>',
                                                             row.group(0))]
     assert members == ["0 train-0 Running h100-000 → kwok-node-000",
@@ -219,7 +244,7 @@ async def test_gangs_page_lists_gangs_waiting_first_with_members_in_rank_order(
                       waiting.group(0)) == [("0", "/pods/team-a/pg1-0"),
                                             ("1", "/pods/team-a/pg1-1")]
     cells = cell_texts(waiting.group(0))
-    assert [cells[3], *cells[5:]] == ["0/2", "21", "PENDING",
+    assert [cells[3], *cells[5:]] == ["0/2", "21", "PENDING", "—",
                                       "job 21 pending (Resources): waiting for 2 nodes"]
     assert "3 gangs, 2 waiting" in r.text
 
@@ -280,6 +305,8 @@ async def test_gang_page_shows_members_history_and_job(client: Client,
                                            "kwok-node-003"]
     assert "Slurm job 20 for 3 nodes" in r.text  # history
     assert "<dt>nodes</dt><dd>a100-001,a100-003,h100-000</dd>" in r.text  # Slurm's record
+    assert "<dt>Account</dt><dd>training</dd>" in r.text and "<dt>QOS</dt><dd>gang</dd>" \
+        in r.text
     assert 'href="/api/v1/gangs/team-a/job%3Atrain"' in r.text
     r = await client.get("/gangs/team-a/podgroup:pg1")
     assert "job 21 pending (Resources): waiting for 2 nodes" in r.text
@@ -318,7 +345,9 @@ async def test_api_gangs(client: Client, gangs: StaticScheduler) -> None:
         ("team-a", "podgroup:pg1"), ("team-b", GANG_SCRIPT), ("team-a", "job:train")]
     train = body["gangs"][2]
     assert set(train) == {"namespace", "name", "state", "size", "members", "bound", "job_id",
-                          "job_state", "waiting", "problem", "last_transition"}
+                          "job_state", "waiting", "problem", "last_transition", "account",
+                          "qos"}
+    assert (train["account"], train["qos"]) == ("training", "gang")
     assert train["members"][0] == {"namespace": "team-a", "name": "train-0", "rank": 0,
                                    "slurm_node": "h100-000", "k8s_node": "kwok-node-000",
                                    "phase": "Running"}
@@ -381,8 +410,9 @@ async def test_api_pods_shape_and_filters(client: Client) -> None:
     assert set(pod) == {"namespace", "name", "state", "phase", "job_id", "job_state",
                         "pending_reason", "slurm_node", "k8s_node", "created_at",
                         "age_seconds", "time_to_bound_seconds", "last_event",
-                        "last_transition", "rejected", "gang", "gang_rank"}
+                        "last_transition", "rejected", "gang", "gang_rank", "account", "qos"}
     assert (pod["name"], pod["job_id"], pod["time_to_bound_seconds"]) == ("running-1", 12, 1.25)
+    assert (pod["account"], pod["qos"]) == ("research", "high")
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)", pod["created_at"])
     body = (await client.get("/api/v1/pods?state=waiting")).json()
     assert [p["name"] for p in body["pods"]] == ["waiting-1"]
@@ -396,6 +426,7 @@ async def test_api_pod(client: Client) -> None:
     assert set(body) == {"pod", "uid", "labels", "annotations", "job_description",
                          "slurm_job", "history", "events", "events_error"}
     assert body["pod"]["pending_reason"] == "Resources"
+    assert (body["pod"]["account"], body["pod"]["qos"]) == ("team-a", "")  # as submitted
     assert body["events"][0]["reason"] == "InvalidAnnotation"
     assert body["history"][0] == {"at": body["history"][0]["at"], "what": "JobSubmitted",
                                   "detail": "Slurm job 11 submitted"}

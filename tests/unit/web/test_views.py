@@ -51,6 +51,34 @@ def test_pods_are_sorted_and_described(now: float, scheduler: StaticScheduler) -
     assert listing.namespaces == ["team-a", "team-b"]
 
 
+def test_a_pods_account_and_qos_come_from_slurms_record_else_as_submitted(
+        now: float, scheduler: StaticScheduler) -> None:
+    def shown() -> dict[str, tuple[str, str]]:
+        return {p.name: (p.account, p.qos) for p in pods.pods(scheduler, now).pods}
+
+    assert shown() == {"running-1": ("research", "high"),  # Slurm's record
+                       "waiting-1": ("team-a", ""),  # never read: as submitted, no QOS asked
+                       "bound-1": ("", ""), "done-1": ("", ""),  # neither says
+                       "evil": ("", "")}  # no job
+    # Slurm's record wins over what was submitted (a job runs under what Slurm gave it) ...
+    scheduler.state.pods["team-a/running-1"].job_description = {"account": "asked",
+                                                                "qos": "asked"}
+    scheduler.jobs[11].raw.update(account="team-a-default", qos="normal")
+    assert shown()["running-1"] == ("research", "high")
+    assert shown()["waiting-1"] == ("team-a-default", "normal")
+    # ... unless it says nothing usable: odd types are not shown, the submitted value is
+    scheduler.jobs[12].raw.update(account={"set": True}, qos=["high"])
+    assert shown()["running-1"] == ("asked", "asked")
+    scheduler.jobs[12].raw.update(account="  ", qos=None)
+    scheduler.state.pods["team-a/running-1"].job_description = {"account": 7, "qos": ""}
+    assert shown()["running-1"] == ("", "")
+    # a job the scheduler no longer holds: as submitted
+    del scheduler.jobs[11]
+    assert shown()["waiting-1"] == ("team-a", "")
+    detail = pods.pod_detail(scheduler, "team-a", "waiting-1", now)
+    assert detail is not None and (detail.pod.account, detail.pod.qos) == ("team-a", "")
+
+
 def test_time_to_bound_survives_a_restart_through_the_pod_condition(now: float,
         scheduler: StaticScheduler) -> None:
     rec = scheduler.state.pods["team-a/running-1"]
@@ -210,7 +238,9 @@ def test_events_from_the_api_server() -> None:
 
 def test_sample_builds_the_benchmark_cluster(now: float, ) -> None:
     s = sample(pods=200, nodes=20, seed=3)
-    assert len(pods.pods(s, now).pods) == 200
+    rows = pods.pods(s, now).pods
+    assert len(rows) == 200
+    assert all(p.account and p.qos for p in rows if p.job_id is not None)
     assert nodes.nodes(s).total == 20
     assert sum(summary(s, now).pods[st] for st in POD_STATES) == 200
 
@@ -289,6 +319,21 @@ def test_gang_detail_has_its_job_and_history_newest_first(now: float,
     no_job = gangs.gang_detail(scheduler, "team-b", GANG_SCRIPT)
     assert no_job is not None and no_job.slurm_job is None
     assert gangs.gang_detail(scheduler, "team-a", "job:gone") is None
+
+
+def test_a_gangs_account_and_qos_are_its_jobs(now: float, scheduler: StaticScheduler) -> None:
+    add_gangs(scheduler, now)
+    rows = {g.name: g for g in gangs.gangs(scheduler).gangs}
+    assert (rows["job:train"].account, rows["job:train"].qos) == ("training", "gang")
+    assert (rows["podgroup:pg1"].account, rows["podgroup:pg1"].qos) == ("", "")
+    assert (rows[GANG_SCRIPT].account, rows[GANG_SCRIPT].qos) == ("", "")  # no job
+    detail = gangs.gang_detail(scheduler, "team-a", "job:train")
+    assert detail is not None and (detail.gang.account, detail.gang.qos) == ("training", "gang")
+    # its members' rows say the same: their job is the gang's
+    members = {p.name: (p.account, p.qos) for p in pods.pods(scheduler, now).pods}
+    assert members["train-0"] == members["train-2"] == ("training", "gang")
+    scheduler.jobs[20].raw["qos"] = 3
+    assert gangs.gangs(scheduler).gangs[-1].qos == ""
 
 
 def test_pod_rows_name_their_gang_and_rank(now: float, scheduler: StaticScheduler) -> None:
