@@ -24,26 +24,10 @@ from sunk.nodeexecutor import NodeExecutor
 from sunk.nodeplan import NodeFacts
 from sunk.ports import KubePort, SlurmPort
 from sunk.slurm.client import SlurmError
-from sunk.slurm.job import Job, PodIdentity
+from sunk.slurm.job import Job, PodIdentity, account_and_qos
 from sunk.state import PodRecord
 
 log = logging.getLogger("sunk.executor")
-
-
-def _plain(value: Any) -> str:
-    """A job field as text: "" unless a non-blank string (Slurm's record may hold anything)."""
-    return value.strip() if isinstance(value, str) else ""
-
-
-def account_and_qos(slurm_record: Mapping[str, Any] | None,
-                    submitted: Mapping[str, Any] | None) -> tuple[str, str]:
-    """A job's account and QOS: Slurm's own record of it first (what the job runs under,
-    defaults included), else the job description sunk submitted (which names them only if a
-    policy or annotation set them); "" where neither says, or says something that is not text."""
-    slurm_record, submitted = slurm_record or {}, submitted or {}
-    account = _plain(slurm_record.get("account")) or _plain(submitted.get("account"))
-    qos = _plain(slurm_record.get("qos")) or _plain(submitted.get("qos"))
-    return account, qos
 
 
 def scheduled_message(pod_key: str, k8s_node: str, slurm_node: str, job_id: int, *,
@@ -324,8 +308,7 @@ class Executor:
         log.info("pod %s: bound to %s (Slurm node %s)%s", kube.key(pod), k8s_node, slurm_node,
                  self._timings(job_id))
         job = self.cluster.jobs.get(job_id)
-        account, qos = account_and_qos(job.raw if job is not None else None,
-                                       record.job_description)
+        account, qos = account_and_qos(job, record.job_description)
         self.pod_event(pod, record, "Scheduled", scheduled_message(
             kube.key(pod), k8s_node, slurm_node, job_id, account=account, qos=qos))
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sunk.slurm.job import Job
+from sunk.slurm.job import Job, account_and_qos
 from sunk.state import GangRecord
-from web.pods import account_and_qos, slurm_job
+from web.pods import slurm_job
 from web.protocol import SchedulerView
 from web.viewmodels import (
     GangDetail,

@@ -12,7 +12,7 @@ import datetime
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from sunk.slurm.job import SHOWN_FIELDS, Job
+from sunk.slurm.job import SHOWN_FIELDS, Job, account_and_qos
 from sunk.state import PodRecord
 from web.protocol import SchedulerView
 from web.viewmodels import (
@@ -89,22 +89,6 @@ def gang_of(scheduler: SchedulerView, pod: str, ranks: GangRanks) -> tuple[str, 
     if gang not in scheduler.state.gangs:
         return "", None
     return gang, ranks.get((gang, pod))
-
-
-def _plain(value: Any) -> str:
-    """A job field as text: "" unless a non-blank string (Slurm's record may hold anything)."""
-    return value.strip() if isinstance(value, str) else ""
-
-
-def account_and_qos(job: Job | None, description: Mapping[str, Any] | None = None
-                    ) -> tuple[str, str]:
-    """The Slurm account and QOS a job runs under: Slurm's own record of it first (defaults
-    included), else the job description sunk submitted (which names them only if set); "" where
-    neither says, or says something that is not text. Two dict lookups: cheap for every row."""
-    raw: Mapping[str, Any] = job.raw if job is not None else {}
-    submitted = description or {}
-    return (_plain(raw.get("account")) or _plain(submitted.get("account")),
-            _plain(raw.get("qos")) or _plain(submitted.get("qos")))
 
 
 def _pod_row(scheduler: SchedulerView, rec: PodRecord, now: float, ranks: GangRanks

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,3 +161,20 @@ class Job:
     @property
     def finished(self) -> bool:
         return self.state in FINISHED_STATES
+
+
+def _plain(value: Any) -> str:
+    """A job field as text: "" unless a non-blank string (Slurm's record may hold anything)."""
+    return value.strip() if isinstance(value, str) else ""
+
+
+def account_and_qos(job: Job | None, submitted: Mapping[str, Any] | None = None
+                    ) -> tuple[str, str]:
+    """The Slurm account and QOS a job runs under: Slurm's own record of it first (defaults
+    included), else the job description sunk submitted (which names them only if a policy or
+    annotation set them); "" where neither says, or says something that is not text. Two dict
+    lookups: cheap enough for every row of the dashboard's page."""
+    raw: Mapping[str, Any] = job.raw if job is not None else {}
+    sent = submitted or {}
+    return (_plain(raw.get("account")) or _plain(sent.get("account")),
+            _plain(raw.get("qos")) or _plain(sent.get("qos")))

@@ -14,14 +14,14 @@ import pytest
 from sunk import actions as do
 from sunk import kube
 from sunk.cluster import Cluster
-from sunk.executor import Executor, RetryLater, account_and_qos, scheduled_message
+from sunk.executor import Executor, RetryLater, scheduled_message
 from sunk.hookauth import HookKeys
 from sunk.locking import LOCK_KEY, LockState
 from sunk.nodeplan import NodeFacts
 from sunk.ports import KubeAPI
 from sunk.settings import Settings
 from sunk.slurm.client import SlurmClient, SlurmError
-from sunk.slurm.job import Job, PodIdentity, admin_comment, job_extra
+from sunk.slurm.job import Job, PodIdentity, account_and_qos, admin_comment, job_extra
 from sunk.slurmwatch import SlurmWatch
 from sunk.state import PodRecord
 from tests.unit.core.stand_ins import Server
@@ -174,7 +174,9 @@ async def test_binding_names_the_pod_uid_and_is_assumed_until_watched(bed: Bed) 
 def test_a_jobs_account_and_qos_are_plain_text_from_slurm_else_as_submitted(
         slurm_record: dict[str, Any] | None, submitted: dict[str, Any] | None,
         expected: tuple[str, str]) -> None:
-    assert account_and_qos(slurm_record, submitted) == expected
+    job = None if slurm_record is None else Job(
+        job_id=1, name="j", state="RUNNING", extra="", nodes="n1", reason="", raw=slurm_record)
+    assert account_and_qos(job, submitted) == expected
 
 
 @pytest.mark.parametrize(("account", "qos", "tail"), [
