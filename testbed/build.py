@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed import procs
 from testbed.errors import TestbedError
 
 KUBERNETES_VERSION = "v1.35.4"
@@ -44,6 +45,10 @@ CHROOT_PACKAGES = (
     "curl",
     "ca-certificates",
     "procps",
+    # Accounting: slurmdbd and the MariaDB it keeps its records in (`up --no-accounting` runs
+    # neither).
+    "mariadb-server",
+    "slurmdbd",
 )
 
 
@@ -369,20 +374,39 @@ def ensure_host_packages(*commands: tuple[str, str]) -> None:
          env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, what="apt-get install", log=log)
 
 
+def chroot_stamp(suite: str) -> str:
+    """What a ready chroot was built with: its suite and packages. A cached chroot whose stamp
+    differs (built before a package was added) is rebuilt, never used as it is."""
+    return "\n".join([suite, *CHROOT_PACKAGES]) + "\n"
+
+
+def _refuse_if_mounted(root: Path) -> None:
+    """A chroot a test bed has mounted holds the host's /dev and /proc: never delete it."""
+    if mounted := procs.mounts_under(root):
+        raise TestbedError(f"the cached chroot {root} must be rebuilt but a test bed uses it "
+                           f"(mounted: {', '.join(mounted)}); stop it first "
+                           "(`python -m testbed down`)")
+
+
 def build_chroot(suite: str) -> Path:
-    """A Debian ``suite`` chroot with Slurm, munge and the JWT plugin, built once per suite."""
+    """A Debian ``suite`` chroot with Slurm, munge, the JWT plugin, slurmdbd and MariaDB, built
+    once per suite and package list."""
     check_suite(suite)
     root = cache_root() / f"chroot-{suite}"
-    if (root / ".sunk-ready").exists():
+    ready = root / ".sunk-ready"
+    if ready.exists() and ready.read_text() == chroot_stamp(suite):
         return root
-    ensure_host_packages(("debootstrap", "debootstrap"))
     if root.exists():
-        shutil.rmtree(root)
+        _refuse_if_mounted(root)
+        if ready.exists():
+            say(f"the cached {suite} chroot was built with other packages than "
+                f"{' '.join(CHROOT_PACKAGES)}: rebuilding it")
+    ensure_host_packages(("debootstrap", "debootstrap"))
     tmp = root.with_name(root.name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
-    say(f"building the Debian {suite} chroot with Slurm {SLURM_SUITES[suite]} "
-        "(first run only: about a minute)")
+    say(f"building the Debian {suite} chroot with Slurm {SLURM_SUITES[suite]} and MariaDB "
+        "(first run only: about two minutes)")
     _run(["debootstrap", "--variant=minbase", f"--include={','.join(CHROOT_PACKAGES)}",
           suite, str(tmp), debian_mirror()],
          what=f"debootstrap {suite}", log=cache_root() / "logs" / f"chroot-{suite}.log")
@@ -394,6 +418,9 @@ def build_chroot(suite: str) -> Path:
             shutil.rmtree(path)
         path.unlink(missing_ok=True)
         path.symlink_to(target)
+    if root.exists():
+        _refuse_if_mounted(root)
+        shutil.rmtree(root)
     tmp.rename(root)
-    (root / ".sunk-ready").write_text(f"{suite}\n")
+    (root / ".sunk-ready").write_text(chroot_stamp(suite))
     return root
