@@ -11,6 +11,14 @@ from testbed.topology import NODE_CPUS, NODE_GPUS, NODE_MEMORY_MIB, TestbedNode
 ETC = "/run/slurm/etc"
 SCRIPTS = "/opt/sunk/scripts"
 GPU_DEV = "/run/slurm/dev/gpu"
+#: MariaDB's data directory: a bind mount of the bed's own copy of the accounting database.
+MARIADB_DATA = "/var/lib/sunk-accounting"
+MARIADB_RUN = "/run/mysqld"
+MARIADB_CONF = f"{MARIADB_RUN}/my.cnf"
+MARIADB_SOCKET = f"{MARIADB_RUN}/mysqld.sock"
+#: The database slurmdbd keeps its records in, and the MariaDB user it logs in as.
+ACCOUNTING_DB = "slurm_acct_db"
+ACCOUNTING_DB_USER = "slurmdbd"
 
 
 @dataclass(frozen=True)
@@ -18,14 +26,19 @@ class SlurmPorts:
     slurmctld: int
     slurmd_base: int
     slurmrestd: int
+    #: slurmdbd's port; None runs Slurm without accounting (no slurmdbd, no MariaDB).
+    slurmdbd: int | None = None
 
 
 def slurm_conf(*, host: str, nodes: list[TestbedNode], ports: SlurmPorts,
                kill_wait: int) -> str:
-    """slurm.conf with KillWait, a Prolog, GPU GRES, two partitions and partition preemption.
+    """slurm.conf with KillWait, a Prolog, GPU GRES, two partitions and preemption.
 
-    Preemption is by partition priority (`preempt/partition_prio`): QOS-based preemption needs
-    slurmdbd, which the test bed does not run. Jobs in `high` preempt (cancel) jobs in `batch`.
+    With slurmdbd (``ports.slurmdbd``), accounting is enforced (an unknown account, user or QOS
+    is refused at submit) and preemption is by QOS (`preempt/qos`): `high` cancels `low` and
+    `normal` jobs. A job in partition `high` gets QOS `high` by default (its user's association
+    in that partition says so: testbed.accounts), so `high` still cancels `batch` as it did
+    without slurmdbd, where preemption is by partition priority (`preempt/partition_prio`).
     """
     lines = [
         "# Written by `python -m testbed up`; regenerated on every start.",
@@ -51,7 +64,7 @@ def slurm_conf(*, host: str, nodes: list[TestbedNode], ports: SlurmPorts,
         "SelectTypeParameters=CR_CPU_Memory",
         # Without it a job that names no memory takes all of the node's.
         "DefMemPerCPU=1024",
-        "AccountingStorageType=accounting_storage/none",
+        *_accounting(ports.slurmdbd),
         "JobCompType=jobcomp/none",
         "MpiDefault=none",
         "MailProg=/bin/true",
@@ -65,7 +78,7 @@ def slurm_conf(*, host: str, nodes: list[TestbedNode], ports: SlurmPorts,
         f"Prolog={SCRIPTS}/prolog.sh",
         "PrologFlags=Alloc",
         "GresTypes=gpu",
-        "PreemptType=preempt/partition_prio",
+        "PreemptType=" + ("preempt/qos" if ports.slurmdbd else "preempt/partition_prio"),
         "PreemptMode=CANCEL",
         # Blocks of nodes (racks, NVLink domains) from topology.conf: a multi-node job is
         # placed inside one block when it fits.
@@ -85,6 +98,80 @@ def slurm_conf(*, host: str, nodes: list[TestbedNode], ports: SlurmPorts,
         "PreemptMode=OFF",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _accounting(slurmdbd_port: int | None) -> list[str]:
+    if slurmdbd_port is None:
+        return ["AccountingStorageType=accounting_storage/none"]
+    return [
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageHost=localhost",
+        f"AccountingStoragePort={slurmdbd_port}",
+        # Unknown accounts, users and QOS are refused at submit, as on a real cluster.
+        "AccountingStorageEnforce=associations,limits,qos",
+        "AccountingStorageTRES=gres/gpu",
+        # No cgroups here, and nothing to gather: jobs are placeholders.
+        "JobAcctGatherType=jobacct_gather/none",
+    ]
+
+
+def slurmdbd_conf(*, port: int) -> str:
+    """slurmdbd.conf (mode 600, owned by SlurmUser root). slurmdbd logs to its stderr, the bed's
+    log, as slurmctld does. It reaches MariaDB on its socket as the database user
+    ACCOUNTING_DB_USER, which only the OS user root may log in as (no password anywhere), and it
+    takes slurmrestd's JWTs, for the /slurmdb/ endpoints."""
+    return "\n".join([
+        "# Written by `python -m testbed up`; regenerated on every start.",
+        "AuthType=auth/munge",
+        "AuthAltTypes=auth/jwt",
+        f"AuthAltParameters=jwt_key={ETC}/jwt.key",
+        "DbdHost=localhost",
+        "DbdAddr=127.0.0.1",
+        f"DbdPort={port}",
+        "SlurmUser=root",
+        "PidFile=/run/slurm/slurmdbd.pid",
+        "DebugLevel=info",
+        "StorageType=accounting_storage/mysql",
+        "StorageHost=localhost",
+        f"StorageUser={ACCOUNTING_DB_USER}",
+        f"StorageLoc={ACCOUNTING_DB}",
+    ]) + "\n"
+
+
+def mariadb_conf() -> str:
+    """MariaDB's only configuration file (``--defaults-file``: Debian's /etc/mysql is not read):
+    a unix socket and no TCP, and a test bed's durability (a crash may lose the last second;
+    a bed's records live as long as the bed)."""
+    return "\n".join([
+        "[mariadbd]",
+        f"datadir={MARIADB_DATA}",
+        f"socket={MARIADB_SOCKET}",
+        f"pid-file={MARIADB_RUN}/mysqld.pid",
+        "skip-networking",
+        # slurmdbd warns below 900. It also warns, once at start, that innodb_buffer_pool_size
+        # (MariaDB's default, 128M) is below what it recommends: plenty for a test bed.
+        "innodb_lock_wait_timeout=900",
+        # A smaller redo log (the default is 96M): the data directory is copied on every `up`.
+        "innodb_log_file_size=32M",
+        "innodb_flush_log_at_trx_commit=2",
+        "innodb_doublewrite=0",
+        "",
+        "[client]",
+        f"socket={MARIADB_SOCKET}",
+    ]) + "\n"
+
+
+#: Run once on a new data directory, as MariaDB's root. The database is made here and not by
+#: slurmdbd: slurmdbd makes it after its first connection fails (the database is missing), then
+#: connects again on the same handle, and with Debian trixie's libmariadb 3.4.10 every query on
+#: that handle fails ("Number of columns in result (=1) set execeeds maxmimum allowed number of
+#: columns (=0)", error 5027), and slurmdbd exits.
+MARIADB_INIT_SQL = (
+    f"CREATE DATABASE IF NOT EXISTS {ACCOUNTING_DB}; "
+    f"CREATE USER IF NOT EXISTS '{ACCOUNTING_DB_USER}'@'localhost' "
+    "IDENTIFIED VIA unix_socket USING 'root'; "
+    f"GRANT ALL ON {ACCOUNTING_DB}.* TO '{ACCOUNTING_DB_USER}'@'localhost';"
+)
 
 
 def gres_conf(nodes: list[TestbedNode]) -> str:

@@ -64,3 +64,62 @@ def test_a_short_last_block_lowers_the_base_block_size() -> None:
     assert slurmconf.topology_conf(nodes(6)).splitlines()[-1] == "BlockSizes=2"
     assert slurmconf.topology_conf(nodes(1)).splitlines() == [
         "BlockName=block-0 Nodes=h100-000", "BlockSizes=1"]
+
+
+ACCOUNTING = slurmconf.SlurmPorts(slurmctld=6817, slurmd_base=17001, slurmrestd=6820,
+                                  slurmdbd=6819)
+
+
+def _accounting_conf() -> dict[str, list[str]]:
+    text = slurmconf.slurm_conf(host="box", nodes=nodes(4), ports=ACCOUNTING, kill_wait=30)
+    parsed: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            parsed.setdefault(key, []).append(value)
+    return parsed
+
+
+def test_without_slurmdbd_no_accounting_and_partition_preemption() -> None:
+    conf = _conf()
+    assert conf["AccountingStorageType"] == ["accounting_storage/none"]
+    assert "AccountingStorageEnforce" not in conf and "AccountingStoragePort" not in conf
+
+
+def test_with_slurmdbd_accounts_and_qos_are_enforced_and_preemption_is_by_qos() -> None:
+    conf = _accounting_conf()
+    assert conf["AccountingStorageType"] == ["accounting_storage/slurmdbd"]
+    assert conf["AccountingStoragePort"] == ["6819"]
+    assert conf["AccountingStorageHost"] == ["localhost"]
+    assert set(conf["AccountingStorageEnforce"][0].split(",")) == {"associations", "limits",
+                                                                   "qos"}
+    assert conf["JobAcctGatherType"] == ["jobacct_gather/none"]
+    assert conf["ClusterName"] == ["sunk"]
+    assert conf["PreemptType"] == ["preempt/qos"]
+    assert conf["PreemptMode"] == ["CANCEL"]
+    # The partitions (and their tiers) stay: a job in `high` preempts by its QOS now.
+    assert conf["PartitionName"] == _conf()["PartitionName"]
+
+
+def test_slurmdbd_conf_has_no_secret_and_takes_jwts() -> None:
+    conf = dict(line.split("=", 1) for line in slurmconf.slurmdbd_conf(port=6819).splitlines()
+                if line and not line.startswith("#"))
+    assert conf["DbdPort"] == "6819"
+    assert conf["StorageType"] == "accounting_storage/mysql"
+    assert conf["StorageUser"] == slurmconf.ACCOUNTING_DB_USER
+    assert conf["StorageLoc"] == slurmconf.ACCOUNTING_DB
+    assert "StoragePass" not in conf  # the database user logs in by the socket, as OS root
+    assert conf["SlurmUser"] == "root"
+    assert conf["AuthAltTypes"] == "auth/jwt"
+    assert conf["AuthAltParameters"] == f"jwt_key={slurmconf.ETC}/jwt.key"
+
+
+def test_mariadb_listens_on_its_socket_only_and_slurmdbd_may_log_in_as_root_only() -> None:
+    conf = slurmconf.mariadb_conf().splitlines()
+    assert conf[0] == "[mariadbd]"
+    assert "skip-networking" in conf
+    assert f"datadir={slurmconf.MARIADB_DATA}" in conf
+    assert conf.count(f"socket={slurmconf.MARIADB_SOCKET}") == 2  # the server's and clients'
+    sql = slurmconf.MARIADB_INIT_SQL
+    assert f"CREATE DATABASE IF NOT EXISTS {slurmconf.ACCOUNTING_DB};" in sql
+    assert "IDENTIFIED VIA unix_socket USING 'root'" in sql
