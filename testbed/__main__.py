@@ -26,6 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--apiserver-port", type=int, help="default: a free port")
     up.add_argument("--slurmrestd-port", type=int, help="default: a free port")
     up.add_argument("--slurmctld-port", type=int, help="default: a free port")
+    up.add_argument("--no-accounting", dest="accounting", action="store_false",
+                    help="no MariaDB and slurmdbd: no accounts or QOS enforced, and "
+                         "preemption by partition priority instead of QOS")
     d = sub.add_parser("demo", help="up, then run sunk-scheduler with its dashboard and create "
                                     "the example Pods (examples/pods.yaml)")
     d.add_argument("--nodes", type=int, default=4)
@@ -55,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             cluster.up(node_count=args.nodes, suite=args.slurm_suite, kill_wait=args.kill_wait,
                        apiserver_port=args.apiserver_port, slurmrestd_port=args.slurmrestd_port,
-                       slurmctld_port=args.slurmctld_port)
+                       slurmctld_port=args.slurmctld_port, accounting=args.accounting)
             print(cluster.status())
         elif args.command == "demo":
             demo.run(node_count=args.nodes, suite=args.slurm_suite)

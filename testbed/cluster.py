@@ -28,7 +28,7 @@ import httpx
 import yaml
 
 from sunk.topology import BLOCK_LABEL
-from testbed import build, pki, procs, slurmconf
+from testbed import accounting, build, pki, procs, slurmconf
 from testbed.build import say
 from testbed.errors import TestbedError
 from testbed.topology import (
@@ -87,6 +87,8 @@ class Testbed:
     hook_token: str = ""
     slurm_token: str = ""
     ready: bool = False
+    #: Slurm accounting (MariaDB and slurmdbd) runs; False in a state file older than it.
+    accounting: bool = False
 
     # -- derived ---------------------------------------------------------------------------
     @property
@@ -161,6 +163,14 @@ class Testbed:
         """Run a Slurm command (sinfo, squeue, scontrol, sbatch, ...) inside the chroot."""
         return procs.run(self.chroot_cmd(*args), what=args[0], timeout=timeout)
 
+    def chroot_ids(self, user: str) -> tuple[int, int]:
+        """A user's uid and gid in the chroot (its own /etc/passwd, not the host's)."""
+        for line in (Path(self.chroot) / "etc/passwd").read_text().splitlines():
+            fields = line.split(":")
+            if fields[0] == user:
+                return int(fields[2]), int(fields[3])
+        raise TestbedError(f"user {user} missing from the chroot {self.chroot}")
+
     def slurm_headers(self) -> dict[str, str]:
         return {"X-SLURM-USER-NAME": SLURM_USER, "X-SLURM-USER-TOKEN": self.slurm_token}
 
@@ -180,22 +190,27 @@ def _require_root() -> None:
 
 def up(*, node_count: int = 8, suite: str = build.DEFAULT_SUITE, kill_wait: int = 30,
        apiserver_port: int | None = None, slurmrestd_port: int | None = None,
-       slurmctld_port: int | None = None) -> Testbed:
-    """Start everything and return the running test bed (an already-running one is reused)."""
+       slurmctld_port: int | None = None, accounting: bool = True) -> Testbed:
+    """Start everything and return the running test bed (an already-running one is reused, if
+    it runs accounting as asked)."""
     build.check_suite(suite)
     if not 1 <= node_count <= MAX_NODES:
         raise TestbedError(f"--nodes must be between 1 and {MAX_NODES}, not {node_count}")
     _require_root()
     existing = Testbed.load()
     if existing is not None:
-        if existing.ready and all(existing.alive().values()):
+        if not existing.ready or not all(existing.alive().values()):
+            say("a previous test bed did not stop cleanly; cleaning it up first")
+        elif existing.accounting != accounting:
+            say(f"the test bed up in {existing.dir} runs "
+                f"{'with' if existing.accounting else 'without'} accounting; restarting it")
+        else:
             say(f"test bed already up in {existing.dir}; reusing it")
             return existing
-        say("a previous test bed did not stop cleanly; cleaning it up first")
         down()
 
     started = time.monotonic()
-    picked = iter(procs.free_ports(9))
+    picked = iter(procs.free_ports(10))
     ports = {
         "etcd": next(picked),
         "etcd_peer": next(picked),
@@ -210,6 +225,8 @@ def up(*, node_count: int = 8, suite: str = build.DEFAULT_SUITE, kill_wait: int 
         if slurmrestd_port else next(picked),
         "hooks": next(picked),
     }
+    if accounting:
+        ports["slurmdbd"] = next(picked)
     ports["slurmd_base"] = procs.free_port_range(node_count)
     if len(set(ports.values())) != len(ports):
         raise TestbedError(f"two test bed components were given the same port: {ports}")
@@ -223,7 +240,8 @@ def up(*, node_count: int = 8, suite: str = build.DEFAULT_SUITE, kill_wait: int 
     (path / "logs").mkdir(parents=True)
     path.chmod(0o700)
     tb = Testbed(dir=str(path), suite=suite, chroot=str(chroot), node_count=node_count,
-                 kill_wait=kill_wait, ports=ports, hook_token=secrets.token_urlsafe(32))
+                 kill_wait=kill_wait, ports=ports, hook_token=secrets.token_urlsafe(32),
+                 accounting=accounting)
     tb.save()
     try:
         _start_kubernetes(tb, bins)
@@ -288,7 +306,7 @@ def _launch(tb: Testbed, name: str, cmd: list[str], log: Path) -> int:
 
 
 #: The parts an outage test may kill and start again, and how to tell one is serving again.
-RESTARTABLE = ("kube-apiserver", "slurmctld", "slurmrestd")
+RESTARTABLE = ("kube-apiserver", "slurmctld", "slurmrestd", "slurmdbd")
 
 
 def kill_part(tb: Testbed, name: str, sig: int = signal.SIGKILL, *, wait: bool = True) -> None:
@@ -325,6 +343,7 @@ def start_part(tb: Testbed, name: str, *, timeout: float = 60) -> None:
     ready = {
         "kube-apiserver": kube_ready,
         "slurmctld": lambda: "is UP" in tb.slurm("scontrol", "ping", timeout=5),
+        "slurmdbd": lambda: accounting.slurmdbd_serves(tb),
         "slurmrestd": lambda: httpx.get(f"{tb.slurmrestd_url}/slurm/v0.0.42/ping",
                                         headers=tb.slurm_headers(), timeout=5
                                         ).status_code == 200,
@@ -540,14 +559,6 @@ def _create_kubernetes_objects(tb: Testbed, bins: build.Binaries) -> None:
                    log=tb.log("kwok"), pid=tb.pids["kwok"])
 
 
-def _chroot_ids(chroot: Path, user: str) -> tuple[int, int]:
-    for line in (chroot / "etc/passwd").read_text().splitlines():
-        fields = line.split(":")
-        if fields[0] == user:
-            return int(fields[2]), int(fields[3])
-    raise TestbedError(f"user {user} missing from the chroot {chroot}")
-
-
 def _mount_chroot(tb: Testbed) -> None:
     root = Path(tb.chroot)
     (root / "opt/sunk/scripts").mkdir(parents=True, exist_ok=True)
@@ -577,7 +588,8 @@ def _ensure_lines(path: Path, lines: tuple[str, ...]) -> None:
 
 
 def _start_slurm(tb: Testbed) -> None:
-    say(f"starting munge, slurmctld and {tb.node_count} slurmd in the {tb.suite} chroot")
+    daemons = "munge, MariaDB, slurmdbd, slurmctld" if tb.accounting else "munge, slurmctld"
+    say(f"starting {daemons} and {tb.node_count} slurmd in the {tb.suite} chroot")
     root = Path(tb.chroot)
     _mount_chroot(tb)
     run = root / "run"
@@ -589,7 +601,7 @@ def _start_slurm(tb: Testbed) -> None:
     for i in range(8):
         (run / f"slurm/dev/gpu{i}").touch()
 
-    uid, gid = _chroot_ids(root, "munge")
+    uid, gid = tb.chroot_ids("munge")
     key = run / "munge-etc/munge.key"
     key.write_bytes(secrets.token_bytes(1024))
     key.chmod(0o400)
@@ -599,7 +611,8 @@ def _start_slurm(tb: Testbed) -> None:
 
     ports = slurmconf.SlurmPorts(slurmctld=tb.ports["slurmctld"],
                                  slurmd_base=tb.ports["slurmd_base"],
-                                 slurmrestd=tb.ports["slurmrestd"])
+                                 slurmrestd=tb.ports["slurmrestd"],
+                                 slurmdbd=tb.ports["slurmdbd"] if tb.accounting else None)
     (etc / "slurm.conf").write_text(slurmconf.slurm_conf(
         host=socket.gethostname().split(".")[0], nodes=tb.nodes, ports=ports,
         kill_wait=tb.kill_wait))
@@ -624,12 +637,16 @@ def _start_slurm(tb: Testbed) -> None:
     tb.save()
     procs.wait_for(lambda: (run / "munge/munge.socket.2").exists(), what="munged", timeout=20,
                    log=tb.log("munged"), pid=tb.pids["munged"])
+    if tb.accounting:
+        accounting.start(tb)
     tb.pids["slurmctld"] = _launch(tb, "slurmctld", tb.chroot_cmd("slurmctld", "-D", "-i"),
                                    tb.log("slurmctld"))
     tb.save()
     procs.wait_for(lambda: "is UP" in tb.slurm("scontrol", "ping", timeout=5),
                    what="slurmctld", timeout=60, log=tb.log("slurmctld"),
                    pid=tb.pids["slurmctld"])
+    if tb.accounting:
+        accounting.wait_registered(tb)
     for node in tb.nodes:
         tb.pids[f"slurmd:{node.slurm_name}"] = procs.start(
             tb.chroot_cmd("slurmd", "-D", "-N", node.slurm_name),
@@ -646,9 +663,11 @@ def _wait_slurm(tb: Testbed) -> None:
     procs.wait_for(all_idle, what=f"{tb.node_count} idle Slurm nodes", timeout=120,
                    log=tb.log("slurmctld"), pid=tb.pids["slurmctld"])
     say("starting slurmrestd (JWT) and minting a token")
+    # With accounting, also the /slurmdb/ endpoints (sacct's records, accounts, QOS).
+    plugins = "openapi/slurmctld,openapi/slurmdbd" if tb.accounting else "openapi/slurmctld"
     tb.pids["slurmrestd"] = _launch(tb, "slurmrestd",
         tb.chroot_cmd("SLURM_JWT=daemon", "slurmrestd", "-a", "rest_auth/jwt",
-                      "-s", "openapi/slurmctld", f"127.0.0.1:{tb.ports['slurmrestd']}",
+                      "-s", plugins, f"127.0.0.1:{tb.ports['slurmrestd']}",
                       user="nobody:nogroup"),
         tb.log("slurmrestd"))
     tb.save()
@@ -710,7 +729,8 @@ def status() -> str:
     alive = tb.alive()
     slurmds = [n for n in alive if n.startswith("slurmd:")]
     lines = [f"test bed: {'up' if tb.ready and all(alive.values()) else 'DEGRADED'} "
-             f"({tb.node_count} nodes, Debian {tb.suite}, Slurm {build.SLURM_SUITES[tb.suite]})",
+             f"({tb.node_count} nodes, Debian {tb.suite}, Slurm {build.SLURM_SUITES[tb.suite]}, "
+             f"accounting {'on' if tb.accounting else 'off'})",
              f"  state dir     {tb.dir}"]
 
     def row(name: str, where: str) -> str:
@@ -727,6 +747,9 @@ def status() -> str:
                          f"webhooks https://127.0.0.1:{tb.ports.get('lws_webhook')}"))
     lines.append(row("kwok", f"{tb.node_count} Nodes"))
     lines.append(row("munged", "in chroot"))
+    if tb.accounting:
+        lines.append(row("mariadb", f"in chroot, socket {slurmconf.MARIADB_SOCKET}"))
+        lines.append(row("slurmdbd", f"127.0.0.1:{tb.ports.get('slurmdbd')}"))
     lines.append(row("slurmctld", f"127.0.0.1:{tb.ports.get('slurmctld')}"))
     up_slurmds = sum(alive[n] for n in slurmds)
     base = tb.ports.get("slurmd_base", 0)
