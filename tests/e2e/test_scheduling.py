@@ -104,7 +104,7 @@ async def test_every_annotation_reaches_its_job_field(
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
     testbed.slurm("scontrol", "create", "reservation", "ReservationName=sunk-e2e",
                   "Nodes=h100-002", "StartTime=now", "Duration=10", "Users=root")
-    # Without slurmdbd (the test bed has none) Slurm forgets a job's QOS once the job starts:
+    # Without slurmdbd (`up --no-accounting`) Slurm forgets a job's QOS once the job starts:
     # keep the QOS Pod's job pending, behind a job that holds the only node it may have.
     blocker = testbed.slurm("sbatch", "--parsable", "--nodelist=a100-003", "--exclusive",
                             "--chdir=/tmp", "--output=/dev/null", "--wrap=sleep 300").strip()
