@@ -615,7 +615,7 @@ def _start_slurm(tb: Testbed) -> None:
                                  slurmdbd=tb.ports["slurmdbd"] if tb.accounting else None)
     (etc / "slurm.conf").write_text(slurmconf.slurm_conf(
         host=socket.gethostname().split(".")[0], nodes=tb.nodes, ports=ports,
-        kill_wait=tb.kill_wait))
+        kill_wait=tb.kill_wait, lock_timeout=LOCK_TIMEOUT))
     (etc / "gres.conf").write_text(slurmconf.gres_conf(tb.nodes))
     (etc / "topology.conf").write_text(slurmconf.topology_conf(tb.nodes))
     (etc / "cgroup.conf").write_text(slurmconf.CGROUP_CONF)

@@ -31,7 +31,7 @@ class SlurmPorts:
 
 
 def slurm_conf(*, host: str, nodes: list[TestbedNode], ports: SlurmPorts,
-               kill_wait: int) -> str:
+               kill_wait: int, lock_timeout: int) -> str:
     """slurm.conf with KillWait, a Prolog, GPU GRES, two partitions and preemption.
 
     With slurmdbd (``ports.slurmdbd``), accounting is enforced (an unknown account, user or QOS
@@ -77,6 +77,10 @@ def slurm_conf(*, host: str, nodes: list[TestbedNode], ports: SlurmPorts,
         f"KillWait={kill_wait}",
         f"Prolog={SCRIPTS}/prolog.sh",
         "PrologFlags=Alloc",
+        # The prolog waits up to the lock timeout for the scheduler: Slurm must not call the
+        # batch script missing meanwhile (default 10 s; seen at 1,000 Pods starting at once:
+        # the job requeued, its prolog's lock refused, the node drained).
+        f"BatchStartTimeout={lock_timeout + 30}",
         "GresTypes=gpu",
         "PreemptType=" + ("preempt/qos" if ports.slurmdbd else "preempt/partition_prio"),
         "PreemptMode=CANCEL",

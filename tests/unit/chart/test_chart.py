@@ -362,13 +362,14 @@ def test_a_generated_hook_token_is_the_same_for_the_scheduler_and_the_slurm_side
 
 
 def test_the_slurm_side_gets_the_scripts_and_the_same_kill_wait(helm: Path) -> None:
-    objects = render(helm, {"slurm.killWait": 45})
+    objects = render(helm, {"slurm.killWait": 45, "slurm.scripts.lockTimeout": 120})
     scripts = only(objects, "ConfigMap", "r-sunk-slurm-scripts")["data"]
     for script in ("prolog.sh", "placeholder.sh"):  # (the copies are checked below)
         assert scripts[script] == (CHART / "files" / "scripts" / script).read_text()
     conf = scripts["sunk.conf"].splitlines()
     assert "KillWait=45" in conf
     assert "Prolog=/opt/sunk/scripts/prolog.sh" in conf
+    assert "BatchStartTimeout=150" in conf  # above the prolog's wait for its lock
     assert "--slurm-kill-wait=45s" in args(objects)
     assert "--placeholder-script=/opt/sunk/scripts/placeholder.sh" in args(objects)
 

@@ -8,8 +8,9 @@ from testbed.topology import nodes
 PORTS = slurmconf.SlurmPorts(slurmctld=6817, slurmd_base=17001, slurmrestd=6820)
 
 
-def _conf(count: int = 4, kill_wait: int = 30) -> dict[str, list[str]]:
-    text = slurmconf.slurm_conf(host="box", nodes=nodes(count), ports=PORTS, kill_wait=kill_wait)
+def _conf(count: int = 4, kill_wait: int = 30, lock_timeout: int = 20) -> dict[str, list[str]]:
+    text = slurmconf.slurm_conf(host="box", nodes=nodes(count), ports=PORTS, kill_wait=kill_wait,
+                                lock_timeout=lock_timeout)
     parsed: dict[str, list[str]] = {}
     for line in text.splitlines():
         if line and not line.startswith("#"):
@@ -71,7 +72,8 @@ ACCOUNTING = slurmconf.SlurmPorts(slurmctld=6817, slurmd_base=17001, slurmrestd=
 
 
 def _accounting_conf() -> dict[str, list[str]]:
-    text = slurmconf.slurm_conf(host="box", nodes=nodes(4), ports=ACCOUNTING, kill_wait=30)
+    text = slurmconf.slurm_conf(host="box", nodes=nodes(4), ports=ACCOUNTING, kill_wait=30,
+                                lock_timeout=20)
     parsed: dict[str, list[str]] = {}
     for line in text.splitlines():
         if line and not line.startswith("#"):
@@ -123,3 +125,8 @@ def test_mariadb_listens_on_its_socket_only_and_slurmdbd_may_log_in_as_root_only
     sql = slurmconf.MARIADB_INIT_SQL
     assert f"CREATE DATABASE IF NOT EXISTS {slurmconf.ACCOUNTING_DB};" in sql
     assert "IDENTIFIED VIA unix_socket USING 'root'" in sql
+
+
+def test_slurm_waits_for_the_prolog_lock_before_calling_a_batch_script_missing() -> None:
+    assert _conf(lock_timeout=20)["BatchStartTimeout"] == ["50"]
+    assert _conf(lock_timeout=300)["BatchStartTimeout"] == ["330"]
