@@ -175,7 +175,7 @@ async def release(testbed: cluster.Testbed, kube: Client, slurm: httpx.AsyncClie
                   tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Release]:
     if not procs.port_free(testbed.ports["hooks"]):
         pytest.fail("another scheduler serves the test bed's hook port; run test_chart.py "
-                    "before the session's scheduler starts (it sorts first) or on its own")
+                    "before the session's scheduler starts (conftest runs it first) or on its own")
     tag = secrets.token_hex(3)
     namespace, watched, unwatched = (f"sunk-{tag}", (f"t-{tag}-a", f"t-{tag}-b"),
                                      f"t-{tag}-u")
