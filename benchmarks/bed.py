@@ -24,9 +24,11 @@ T = TypeVar("T")
 
 
 def on_bed(nodes: int, name: str,
-           run: Callable[[cluster.Testbed, RunningScheduler], Coroutine[Any, Any, T]]) -> T:
+           run: Callable[[cluster.Testbed, RunningScheduler], Coroutine[Any, Any, T]],
+           extra: list[str] | None = None) -> T:
     """``run`` against a test bed of ``nodes`` nodes (the running one, or one started and
-    stopped here) with a scheduler ``name`` on the bed's hook port. Raises TestbedError."""
+    stopped here) with a scheduler ``name`` on the bed's hook port (``extra``: more of its
+    flags). Raises TestbedError."""
     started_here = False
     running: RunningScheduler | None = None
     try:
@@ -40,7 +42,7 @@ def on_bed(nodes: int, name: str,
         if not procs.port_free(tb.ports["hooks"]):
             raise TestbedError("another scheduler serves the test bed's hook port "
                                "(a demo or a test run): stop it first")
-        running = start_scheduler(tb, name=name, hooks_port=tb.ports["hooks"])
+        running = start_scheduler(tb, name=name, hooks_port=tb.ports["hooks"], extra=extra)
         return asyncio.run(run(tb, running))
     finally:
         if running is not None:

@@ -304,7 +304,8 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
     measured = results.commit()  # the code measured: a commit made during the run is not it
     try:
         figures, plots = on_bed(args.nodes, NAME,
-                                lambda tb, running: _with_versions(args, tb, running))
+                                lambda tb, running: _with_versions(args, tb, running),
+                                extra=scale.SCHEDULER_FLAGS if args.scenario == "scale" else None)
     except TestbedError as exc:
         print(f"benchmark: error: {exc}", file=sys.stderr)
         return 1
