@@ -23,15 +23,20 @@ from testbed.scheduler import RunningScheduler as RunningScheduler
 from testbed.scheduler import start_scheduler as start_scheduler
 from tests.e2e.helpers import call_api, close_api
 
-#: Runs before the session's scheduler starts: it needs the test bed's hook port free.
-FIRST = "tests/e2e/test_chart.py"
+#: These run before the session's scheduler starts, in this order: they need the test bed's
+#: hook port free.
+FIRST = ("tests/e2e/test_chart.py", "tests/e2e/test_chart_install.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/e2e/" in str(item.path):
             item.add_marker(pytest.mark.e2e)
-    items.sort(key=lambda item: not str(item.path).endswith(FIRST))  # stable: else as found
+    def rank(item: pytest.Item) -> int:
+        path = str(item.path)
+        return next((i for i, first in enumerate(FIRST) if path.endswith(first)), len(FIRST))
+
+    items.sort(key=rank)  # stable: the rest as found
 
 
 @pytest.fixture(scope="session")

@@ -130,7 +130,7 @@ async def installed(testbed: cluster.Testbed, kube: Client, slurm: httpx.AsyncCl
                     tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Installed]:
     if not procs.port_free(testbed.ports["hooks"]):
         pytest.fail("another scheduler serves the test bed's hook port; this module runs "
-                    "before the session's scheduler starts (it sorts early) or on its own")
+                    "before the session's scheduler starts (conftest runs it early) or on its own")
     container.ensure_root()
     container.ensure_tools()
     workdir = tmp_path_factory.mktemp("install")
