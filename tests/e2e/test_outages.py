@@ -1,7 +1,8 @@
 """Outages are waited out: the API server, slurmrestd or slurmctld killed (SIGKILL) during a
 burst of Pods and started again 15 s or 120 s later. Throughout, the scheduler process stays up
 and says on /readyz what is missing; afterwards every Pod is bound, with exactly one job each,
-and once the Pods are deleted no job of theirs runs and no node stays locked."""
+and once the Pods are deleted no job of theirs runs and no node stays locked. slurmdbd is not
+the scheduler's to miss: while it is down Slurm schedules on what slurmctld knows."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ async def jobs_of(slurm: httpx.AsyncClient, uids: set[str]) -> dict[str, list[st
 
 
 @pytest.mark.parametrize("down", [15, 120], ids=["15s", "120s"])
-@pytest.mark.parametrize("part", cluster.RESTARTABLE)
+@pytest.mark.parametrize("part", list(MISSING))
 async def test_the_scheduler_waits_out_an_outage(
         kube: Client, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed, part: str, down: int) -> None:
@@ -175,4 +176,32 @@ async def test_readyz_says_at_once_that_the_api_server_was_stopped_gracefully(
         return readyz(scheduler)[0] == 200
 
     await eventually(ready, within=30)
+    assert scheduler.process.poll() is None
+
+
+async def test_pods_are_scheduled_while_slurmdbd_is_down(
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
+        scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
+    """slurmctld keeps the associations and QOS it loaded and queues its records for slurmdbd:
+    a Pod naming a known account and QOS is bound, and the scheduler stays ready."""
+    if not testbed.accounting:
+        pytest.skip("the test bed runs without accounting (up --no-accounting)")
+    await quiet(slurm, testbed)
+    cluster.kill_part(testbed, "slurmdbd", signal.SIGKILL)
+    try:
+        await create(kube, pod_manifest("no-dbd", namespace, scheduler.name, annotations={
+            "sunk.coreweave.com/account": "research", "sunk.coreweave.com/qos": "low"}))
+        pod = await wait_bound(kube, namespace, "no-dbd", within=60)
+        assert readyz(scheduler)[0] == 200
+    finally:
+        cluster.start_part(testbed, "slurmdbd")
+    job_id = pod["metadata"]["annotations"]["sunk.coreweave.com/job-id"]
+
+    def sacct() -> str:
+        return testbed.slurm("sacct", "-n", "-X", "-P", "-j", job_id, "-o", "JobName,QOS")
+
+    async def recorded() -> str:  # slurmctld sends what it queued once slurmdbd is back
+        return (await asyncio.to_thread(sacct)).strip()
+
+    assert await eventually(recorded, within=60) == f"pod:{namespace}/no-dbd|low"
     assert scheduler.process.poll() is None
