@@ -43,7 +43,8 @@ def on_bed(nodes: int, name: str,
             raise TestbedError("another scheduler serves the test bed's hook port "
                                "(a demo or a test run): stop it first")
         running = start_scheduler(tb, name=name, hooks_port=tb.ports["hooks"], extra=extra)
-        return asyncio.run(run(tb, running))
+        with cluster.patient_prolog(tb):  # a real cluster's wait for the lock, not the bed's
+            return asyncio.run(run(tb, running))
     finally:
         if running is not None:
             running.stop()

@@ -7,11 +7,8 @@ the scheduler's to miss: while it is down Slurm schedules on what slurmctld know
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -36,21 +33,6 @@ BURST = 8
 SLURMCTLD_SAVE = 7
 #: What /readyz names when each part is down.
 MISSING = {"kube-apiserver": "API server", "slurmrestd": "Slurm", "slurmctld": "Slurm"}
-
-
-@contextlib.contextmanager
-def patient_prolog(testbed: cluster.Testbed, seconds: int) -> Iterator[None]:
-    """A job starting during an API-server outage waits in its prolog for the lock (as on a
-    real cluster, where the prolog waits 300 s); the bed's short wait is for its lock tests."""
-    env = Path(testbed.chroot) / "run/slurm/etc/sunk-hooks.env"
-    before = env.read_text()
-    env.write_text("".join(line for line in before.splitlines(keepends=True)
-                           if not line.startswith("SUNK_LOCK_TIMEOUT="))
-                   + f"SUNK_LOCK_TIMEOUT={seconds}\n")
-    try:
-        yield
-    finally:
-        env.write_text(before)
 
 
 def readyz(scheduler: RunningScheduler) -> tuple[int, str]:
@@ -79,7 +61,7 @@ async def test_the_scheduler_waits_out_an_outage(
         scheduler: RunningScheduler, testbed: cluster.Testbed, part: str, down: int) -> None:
     await quiet(slurm, testbed)
     names = [f"burst-{i}" for i in range(BURST)]
-    with patient_prolog(testbed, down + 120):
+    with cluster.patient_prolog(testbed, down + 120):
         for name in names[: BURST // 2]:
             await create(kube, pod_manifest(name, namespace, scheduler.name, cpu="4"))
         if part == "slurmctld":
