@@ -11,7 +11,7 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from web import app
-from web.app import auth_from_env
+from web.app import _environment, auth_from_env
 from web.formatting import duration, mebibytes
 
 from .conftest import GANG_SCRIPT, SCRIPT, MakeClient
@@ -548,3 +548,10 @@ def test_durations(seconds: float | None, text: str) -> None:
                                            (262144, "256G")])
 def test_memory(mib: int, text: str) -> None:
     assert mebibytes(mib) == text
+
+
+def test_every_template_is_compiled_at_start_up_not_on_a_first_request() -> None:
+    env = _environment()
+    assert env.cache is not None
+    compiled = {name for (_, name) in env.cache}
+    assert compiled == set(env.list_templates()) and "pods.html" in compiled
