@@ -12,7 +12,7 @@ import datetime
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from sunk.slurm.job import SHOWN_FIELDS, Job, account_and_qos
+from sunk.slurm.job import SHOWN_FIELDS, Job, account_and_qos, shown_fields
 from sunk.state import PodRecord
 from web.protocol import SchedulerView
 from web.viewmodels import (
@@ -139,14 +139,6 @@ def pods(scheduler: SchedulerView, now: float, *, namespace: str = "", state: st
                    namespaces=namespaces, pods=rows)
 
 
-def _flatten(value: Any) -> Any:
-    if isinstance(value, Mapping) and "set" in value and "number" in value:
-        if not value.get("set"):
-            return None
-        return "infinite" if value.get("infinite") else value.get("number")
-    return value
-
-
 def slurm_job(job: Job | None) -> dict[str, Any] | None:
     """The fields of Slurm's job record an operator asks about, flattened."""
     if job is None:
@@ -155,20 +147,11 @@ def slurm_job(job: Job | None) -> dict[str, Any] | None:
     if not raw:
         return {"job_id": job.job_id, "job_state": job.state, "state_reason": job.reason,
                 "nodes": job.nodes}
-    out: dict[str, Any] = {}
-    for key in SLURM_JOB_FIELDS:
-        if key not in raw:
-            continue
-        value = _flatten(raw[key])
-        if key == "job_state" and isinstance(value, list):
-            value = "+".join(str(v) for v in value)
-        elif key == "exit_code" and isinstance(value, Mapping):
-            value = f"{_flatten(value.get('return_code'))}"
-        elif key in _TIME_FIELDS and isinstance(value, int):
-            value = utc(value).isoformat() if value else None
-        if value not in (None, "", [], {}):
-            out[key] = value
-    return out
+    out = shown_fields(raw)  # flat already when read from Slurm; any other record too
+    for key in _TIME_FIELDS & out.keys():
+        if isinstance(out[key], int):
+            out[key] = utc(out[key]).isoformat() if out[key] else None
+    return {key: value for key, value in out.items() if value is not None}
 
 
 def pod_detail(scheduler: SchedulerView, namespace: str, name: str, now: float, *,

@@ -144,3 +144,21 @@ def test_a_job_slurm_held_after_its_launch_failed_is_told_from_a_persons_hold() 
     assert LAUNCH_FAILED_HELD in FAILED_LAUNCH_HOLDS
     held_by_user = {**raw, "state_description": ""}
     assert Job.from_api(held_by_user).reason == "JobHeldUser"
+
+
+def test_a_jobs_record_is_kept_flat_as_the_dashboard_shows_it() -> None:
+    job = Job.from_api(record(
+        job_state=["RUNNING", "COMPLETING"],
+        time_limit={"set": True, "infinite": False, "number": 60},
+        end_time={"set": False, "infinite": False, "number": 0},
+        priority={"set": True, "infinite": True, "number": 0},
+        exit_code={"status": ["SUCCESS"], "return_code": {"set": True, "number": 0},
+                   "signal": {"id": {"set": False, "number": 0}, "name": ""}},
+        comment="", tres_req_str="cpu=1"))
+    assert job.raw["job_state"] == "RUNNING+COMPLETING"
+    assert (job.raw["time_limit"], job.raw["priority"], job.raw["exit_code"]) == (
+        60, "infinite", "0")
+    assert "end_time" not in job.raw and "comment" not in job.raw  # not set, empty
+    assert job.raw["tres_req_str"] == "cpu=1"
+    assert not any(isinstance(v, dict | list) for v in job.raw.values())
+    assert job.state == "RUNNING"  # the state itself is read from the record, not from raw
