@@ -177,12 +177,14 @@ class StaticScheduler:
         if job_id is not None:
             rec.history.append(Transition(created + 0.05, "JobSubmitted",
                                           f"Slurm job {job_id} submitted"))
-            rec.job_description = {"name": f"pod:{namespace}/{name}", "nodes": "1",
-                                   "cpus_per_task": 2, "extra": f"sunk-pod={namespace}/{name}"}
+            description: dict[str, Any] = {
+                "name": f"pod:{namespace}/{name}", "nodes": "1", "cpus_per_task": 2,
+                "extra": f"sunk-pod={namespace}/{name}"}
             if account:
-                rec.job_description["account"] = account
+                description["account"] = account
             if qos:
-                rec.job_description["qos"] = qos
+                description["qos"] = qos
+            rec.job_description = description
             state = job_state or "PENDING"
             self.jobs[job_id] = Job(
                 job_id=job_id, name=f"pod:{namespace}/{name}", state=state,
