@@ -144,8 +144,9 @@ async def drain(tb: cluster.Testbed, slurm: httpx.AsyncClient,
     """Cancel every job, and wait until every Slurm node is idle and every node lock is
     released again: each phase starts from the same quiet cluster, and does not pay for
     the previous one's unlocking."""
-    tb.slurm("scancel", "--user=root")
-    tb.slurm("scancel", "--user=k8s-pods")
+    # 11,000 jobs, each recorded by slurmdbd as it ends: minutes, not Slurm's usual seconds
+    tb.slurm("scancel", "--user=root", timeout=600)
+    tb.slurm("scancel", "--user=k8s-pods", timeout=600)
     for _ in range(300):
         r = await slurm.get("/slurm/v0.0.42/nodes/")
         idle = all(n["state"] == ["IDLE"] for n in r.json()["nodes"])
