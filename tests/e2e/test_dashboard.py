@@ -10,7 +10,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.async_api import Browser, ConsoleMessage, Page, async_playwright, expect
+from playwright.async_api import (
+    Browser,
+    ConsoleMessage,
+    Locator,
+    Page,
+    async_playwright,
+    expect,
+)
 
 from sunk.kube import Client
 from testbed import cluster, topology
@@ -74,6 +81,14 @@ def sbatch_exclusive(testbed: cluster.Testbed, node: topology.TestbedNode, name:
     return out.strip().split(";")[0]
 
 
+async def cell(page: Page, row: Locator, column: str) -> Locator:
+    """The cell of ``row`` under the Pods table's header ``column`` (by name, not position:
+    columns are added)."""
+    headers = [h.strip() for h in await page.locator("table thead th").all_inner_texts()]
+    assert column in headers, headers
+    return row.locator("td").nth(headers.index(column))
+
+
 async def test_pods_move_from_waiting_to_bound_without_a_reload(
         page: Page, kube: Client, namespace: str, scheduler: RunningScheduler,
         testbed: cluster.Testbed) -> None:
@@ -86,16 +101,19 @@ async def test_pods_move_from_waiting_to_bound_without_a_reload(
         await load_once(page, f"{scheduler.url('dashboard')}/pods?namespace={namespace}")
         row = page.locator(f'tr[data-pod="{namespace}/patient"]')
         await expect(row).to_have_attribute("data-state", "waiting")
-        await expect(row.locator("td").nth(5)).to_have_text("PENDING")
-        await expect(row.locator("td").nth(6)).not_to_be_empty()  # Slurm's pending reason
-        await expect(row.locator("td").nth(8)).to_be_empty()  # no Kubernetes Node yet
+        await expect(await cell(page, row, "Job state")).to_have_text("PENDING")
+        await expect(await cell(page, row, "Pending reason")).not_to_be_empty()  # Slurm's
+        await expect(await cell(page, row, "Kubernetes Node")).to_be_empty()  # not yet
+        if testbed.accounting:  # the user's defaults, as Slurm has them
+            await expect(await cell(page, row, "Account / QOS")).to_have_text(
+                "default / normal")
     finally:
         testbed.slurm("scancel", blocker)
     await expect(row).to_have_attribute("data-state", re.compile(r"^(bound|running)$"),
                                         timeout=60_000)
-    await expect(row.locator("td").nth(7)).to_have_text(node.slurm_name)
-    await expect(row.locator("td").nth(8)).to_have_text(node.k8s_name)
-    await expect(row.locator("td").nth(10)).to_have_text(re.compile(r"\d"))  # time to bound
+    await expect(await cell(page, row, "Slurm node")).to_have_text(node.slurm_name)
+    await expect(await cell(page, row, "Kubernetes Node")).to_have_text(node.k8s_name)
+    await expect(await cell(page, row, "To bound")).to_have_text(re.compile(r"\d"))
     await expect(page.locator("#header")).to_contain_text("Kubernetes API")
     await still_the_same_page(page)
 
