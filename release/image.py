@@ -271,8 +271,11 @@ def install_python_packages(root: Path, wheel: Path) -> Path:
     py = python_version(root)
     site = root / f"usr/local/lib/python{py}/dist-packages"
     uv = str(Path(sys.executable).with_name("uv"))
+    # Copies, not uv's hard links into its cache: the strip below would change the cached
+    # files, and the next build would strip them again into other bytes.
     target = ["--target", str(site), "--python-version", py,
-              "--python-platform", "x86_64-manylinux_2_36", "--no-deps", "--quiet"]
+              "--python-platform", "x86_64-manylinux_2_36", "--no-deps", "--quiet",
+              "--link-mode=copy"]
     run([uv, "pip", "install", *target, "--require-hashes", "-r",
          str(REPO / "requirements.lock")], what="installing the locked dependencies")
     run([uv, "pip", "install", *target, str(wheel)], what="installing sunk")
@@ -333,8 +336,11 @@ def compile_bytecode(root: Path) -> int:
     unchecked-hash .pyc files: no timestamp counts, and the read-only root filesystem never
     needs them rewritten. Returns how many modules."""
     env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "LC_ALL": "C.UTF-8"}
+    # -B: importing writes no .pyc of its own. A module whose import fails half-way (httpcore's
+    # http2 without h2) is compiled but not kept in sys.modules, so it left a timestamp .pyc
+    # holding its source's mtime, which differs between a download and uv's cache.
     out = run([shutil.which("chroot") or "/usr/sbin/chroot", str(root), "/usr/bin/python3",
-               "-I", "-c", COMPILE_IMPORTED], what="compiling byte-code", env=env)
+               "-I", "-B", "-c", COMPILE_IMPORTED], what="compiling byte-code", env=env)
     return int(out.split()[-1])
 
 
