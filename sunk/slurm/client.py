@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import httpx
@@ -62,6 +62,21 @@ def _record(job: Any) -> dict[str, Any]:
     """A :data:`_JobRecord` as the dict :meth:`Job.from_api` reads (absent fields left out)."""
     return {name: value for name in READ_FIELDS
             if (value := getattr(job, name)) is not msgspec.UNSET}
+
+
+_Listing = TypeVar("_Listing", _JobStates, _JobListing)
+
+
+def _typed(r: httpx.Response, decode: Callable[[bytes], _Listing]) -> _Listing | None:
+    """A listing read into typed records; None if it failed, says errors or has anything odd
+    in it (then it is read as plain JSON, field by field, or its error raised)."""
+    if r.status_code >= 400:
+        return None
+    try:
+        listing = decode(r.content)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return None if listing.errors else listing
 
 
 def _readable(records: list[dict[str, Any]]) -> list[Job]:
@@ -187,13 +202,8 @@ class SlurmClient:
     async def all_jobs(self) -> list[Job]:
         """Every job Slurm knows, in full (about 18 kB each): for start-up only."""
         r = await self._request("GET", "/jobs/", "GET /jobs/")
-        if r.status_code < 400:
-            try:
-                listing = _decode_listing(r.content)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                listing = None
-            if listing is not None and not listing.errors:
-                return _readable([_record(j) for j in listing.jobs])
+        if (listing := _typed(r, _decode_listing)) is not None:
+            return _readable([_record(j) for j in listing.jobs])
         body = self._checked("GET", "/jobs/", r)  # raises, or a listing with odd parts
         return _readable([j for j in body.get("jobs") or [] if isinstance(j, dict)])
 
@@ -202,13 +212,8 @@ class SlurmClient:
         records (no dict per job: the listing is every job in the cluster, every poll); a
         listing with anything odd in it is read field by field instead, skipping what is odd."""
         r = await self._request("GET", "/jobs/state/", "GET /jobs/state/")
-        if r.status_code < 400:
-            try:
-                listing = _decode_states(r.content)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                listing = None
-            if listing is not None and not listing.errors:
-                return {j.job_id: j.state[0] if j.state else "UNKNOWN" for j in listing.jobs}
+        if (listing := _typed(r, _decode_states)) is not None:
+            return {j.job_id: j.state[0] if j.state else "UNKNOWN" for j in listing.jobs}
         body = self._checked("GET", "/jobs/state/", r)
         states: dict[int, str] = {}
         for j in body.get("jobs") or []:

@@ -8,8 +8,9 @@ from testbed.topology import nodes
 PORTS = slurmconf.SlurmPorts(slurmctld=6817, slurmd_base=17001, slurmrestd=6820)
 
 
-def _conf(count: int = 4, kill_wait: int = 30, lock_timeout: int = 20) -> dict[str, list[str]]:
-    text = slurmconf.slurm_conf(host="box", nodes=nodes(count), ports=PORTS, kill_wait=kill_wait,
+def _conf(count: int = 4, kill_wait: int = 30, lock_timeout: int = 20,
+          ports: slurmconf.SlurmPorts = PORTS) -> dict[str, list[str]]:
+    text = slurmconf.slurm_conf(host="box", nodes=nodes(count), ports=ports, kill_wait=kill_wait,
                                 lock_timeout=lock_timeout)
     parsed: dict[str, list[str]] = {}
     for line in text.splitlines():
@@ -71,17 +72,6 @@ ACCOUNTING = slurmconf.SlurmPorts(slurmctld=6817, slurmd_base=17001, slurmrestd=
                                   slurmdbd=6819)
 
 
-def _accounting_conf() -> dict[str, list[str]]:
-    text = slurmconf.slurm_conf(host="box", nodes=nodes(4), ports=ACCOUNTING, kill_wait=30,
-                                lock_timeout=20)
-    parsed: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.partition("=")
-            parsed.setdefault(key, []).append(value)
-    return parsed
-
-
 def test_without_slurmdbd_no_accounting_and_partition_preemption() -> None:
     conf = _conf()
     assert conf["AccountingStorageType"] == ["accounting_storage/none"]
@@ -89,7 +79,7 @@ def test_without_slurmdbd_no_accounting_and_partition_preemption() -> None:
 
 
 def test_with_slurmdbd_accounts_and_qos_are_enforced_and_preemption_is_by_qos() -> None:
-    conf = _accounting_conf()
+    conf = _conf(ports=ACCOUNTING)
     assert conf["AccountingStorageType"] == ["accounting_storage/slurmdbd"]
     assert conf["AccountingStoragePort"] == ["6819"]
     assert conf["AccountingStorageHost"] == ["localhost"]
