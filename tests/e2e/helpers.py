@@ -101,6 +101,21 @@ async def wait_bound(kube: Client, namespace: str, name: str,
     return await eventually(bound, within)
 
 
+async def job(slurm: httpx.AsyncClient, job_id: int | str) -> dict[str, Any]:
+    """Slurm's record of one job, as slurmrestd has it now."""
+    r = await slurm.get(f"/slurm/v0.0.42/job/{job_id}")
+    found: dict[str, Any] = r.json()["jobs"][0]
+    return found
+
+
+async def release(kube: Client, namespace: str, name: str) -> None:
+    """Remove a test's finalizers from a Pod, so its object can go."""
+    async with call_api(kube, "PATCH", namespace=namespace, url=f"pods/{name}",
+                        json={"metadata": {"finalizers": None}},
+                        headers={"Content-Type": "application/merge-patch+json"}):
+        pass
+
+
 async def events_for(kube: Client, namespace: str, name: str) -> list[dict[str, Any]]:
     async with call_api(kube, "GET", namespace=namespace, url="events",
                         params={"fieldSelector": f"involvedObject.name={name}"}) as r:

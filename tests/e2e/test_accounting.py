@@ -4,7 +4,6 @@ account and QOS, QOS preemption works both ways, and Slurm's records name the Po
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import httpx
 import pytest
@@ -13,13 +12,14 @@ from sunk.kube import Client
 from testbed import cluster
 from tests.e2e.conftest import RunningScheduler
 from tests.e2e.helpers import (
-    call_api,
     create,
     events_for,
     eventually,
     get_pod,
+    job,
     pod_manifest,
     quiet,
+    release,
     wait_bound,
 )
 
@@ -35,22 +35,8 @@ def _accounting(testbed: cluster.Testbed) -> None:
         pytest.skip("the test bed runs without accounting (up --no-accounting)")
 
 
-async def job(slurm: httpx.AsyncClient, job_id: int | str) -> dict[str, Any]:
-    r = await slurm.get(f"/slurm/v0.0.42/job/{job_id}")
-    found: dict[str, Any] = r.json()["jobs"][0]
-    return found
-
-
 async def reasons(kube: Client, namespace: str, name: str) -> list[tuple[str, str]]:
     return [(e["reason"], e["message"]) for e in await events_for(kube, namespace, name)]
-
-
-async def release(kube: Client, namespace: str, name: str) -> None:
-    """Remove the test's finalizer so the Pod object can go."""
-    async with call_api(kube, "PATCH", namespace=namespace, url=f"pods/{name}",
-                        json={"metadata": {"finalizers": None}},
-                        headers={"Content-Type": "application/merge-patch+json"}):
-        pass
 
 
 @pytest.mark.parametrize(("annotation", "slurm_says"), [

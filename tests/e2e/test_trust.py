@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -21,6 +20,7 @@ from tests.e2e.helpers import (
     events_for,
     eventually,
     get_pod,
+    job,
     pod_manifest,
     quiet,
     wait_bound,
@@ -30,12 +30,6 @@ PREFIX = "sunk.coreweave.com/"
 JOB_ID = PREFIX + "job-id"
 POD_UID = PREFIX + "pod-uid"
 REJECTED = PREFIX + "rejected"
-
-
-async def job(slurm: httpx.AsyncClient, job_id: int | str) -> dict[str, Any]:
-    r = await slurm.get(f"/slurm/v0.0.42/job/{job_id}")
-    found: dict[str, Any] = r.json()["jobs"][0]
-    return found
 
 
 async def delete(kube: Client, namespace: str, name: str) -> None:

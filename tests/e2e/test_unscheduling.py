@@ -12,16 +12,20 @@ import pytest
 from sunk.kube import Client
 from testbed import cluster
 from tests.e2e.conftest import RunningScheduler
-from tests.e2e.helpers import call_api, create, eventually, get_pod, pod_manifest, quiet, wait_bound
+from tests.e2e.helpers import (
+    call_api,
+    create,
+    eventually,
+    get_pod,
+    job,
+    pod_manifest,
+    quiet,
+    release,
+    wait_bound,
+)
 
 JOB_ID = "sunk.coreweave.com/job-id"
 HOLD = "sunk.test/hold"
-
-
-async def job(slurm: httpx.AsyncClient, job_id: int | str) -> dict[str, Any]:
-    r = await slurm.get(f"/slurm/v0.0.42/job/{job_id}")
-    found: dict[str, Any] = r.json()["jobs"][0]
-    return found
 
 
 async def node_state(slurm: httpx.AsyncClient, node: str) -> list[str]:
@@ -32,14 +36,6 @@ async def node_state(slurm: httpx.AsyncClient, node: str) -> list[str]:
 
 async def delete(kube: Client, namespace: str, name: str) -> None:
     async with call_api(kube, "DELETE", namespace=namespace, url=f"pods/{name}"):
-        pass
-
-
-async def release(kube: Client, namespace: str, name: str) -> None:
-    """Remove the test's finalizer so the Pod object can go."""
-    async with call_api(kube, "PATCH", namespace=namespace, url=f"pods/{name}",
-                        json={"metadata": {"finalizers": None}},
-                        headers={"Content-Type": "application/merge-patch+json"}):
         pass
 
 
