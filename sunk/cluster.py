@@ -14,8 +14,11 @@ import asyncio
 import contextlib
 import functools
 import logging
+import typing
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
+
+import msgspec
 
 from sunk import fit, gang, kube, locking, placement
 from sunk.assume import AssumeCache
@@ -29,7 +32,15 @@ from sunk.supervise import forever
 
 log = logging.getLogger("sunk.cluster")
 
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
 PodHandler = Callable[[str, kube.Obj], None]
+
+
+def _same_pod(found: Any, meta: Mapping[str, Any]) -> bool:
+    return isinstance(found, dict) and isinstance(found.get("metadata"), dict) and (
+        found["metadata"].get("uid") == meta.get("uid"))
 
 
 def label_terms(text: str) -> dict[str, str]:
@@ -49,7 +60,14 @@ class Cluster:
         namespaces = settings.namespaces()
         watched: list[str | None] = [None] if namespaces is None else list(namespaces)
         #: Every Pod (for what is bound to each Node: fit checks and node locks).
-        self.all_pods = kube.Informer(api, "pods", handler=self._on_any_pod)
+        #: It keeps Pods trimmed to what sunk reads (sunk.kube.trim): it holds every Pod.
+        self.all_pods = kube.Informer(api, "pods", handler=self._on_any_pod,
+                                      trim=self._keep_pod)
+        #: Pod key -> the whole Pod, as JSON, while it waits for its policies (it names this
+        #: scheduler and has no job yet): policies may read any field (:meth:`whole_pod`).
+        self._whole: dict[str, bytes] = {}
+        self._job_key = f"{settings.annotation_prefix}job-id"
+        self._uid_key = f"{settings.annotation_prefix}pod-uid"
         #: The Pods that name this scheduler, per namespace watched: taken from every Pod's
         #: watch, not a watch of their own (one decoded copy of each Pod, not two).
         self.pod_informers = [
@@ -205,8 +223,43 @@ class Cluster:
             handler(key)
 
     # -- every Pod, by the Node it is bound to ---------------------------------------------------
+    def _keep_pod(self, pod: kube.Obj) -> kube.Obj:
+        """What the Pod cache keeps of ``pod``: the trimmed Pod, and the whole one while its
+        policies are still to run."""
+        key = kube.key(pod)
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        annotations = meta.get("annotations") or {}
+        if (self.scheduling and spec.get("schedulerName") == self.settings.scheduler_name
+                and not spec.get("nodeName") and not (
+                    self._job_key in annotations
+                    and annotations.get(self._uid_key) == meta.get("uid"))):
+            meta.pop("managedFields", None)
+            self._whole[key] = _encode(pod)
+        elif self._whole:
+            self._whole.pop(key, None)
+        return kube.trim_pod(pod)
+
+    async def whole_pod(self, pod: kube.Obj) -> kube.Obj | None:
+        """``pod`` with every field (the cache's copy is trimmed), for its policies: kept from
+        its last event while it waits for a job, else read again from the API server. None
+        if the API server's Pod of that name is no longer this one (another uid)."""
+        meta = pod["metadata"]
+        whole = self._whole.get(kube.key(pod))
+        found: Any = _decode(whole) if whole is not None else None
+        if not _same_pod(found, meta):
+            # A Pod that had a job and needs another: rare enough for one more read.
+            found = await self.api.request("GET", f"pods/{meta['name']}",
+                                           namespace=meta.get("namespace"))
+            if not _same_pod(found, meta):
+                return None
+            found["metadata"].pop("managedFields", None)
+        return typing.cast(kube.Obj, found)
+
     def _on_any_pod(self, kind: str, pod: kube.Obj) -> None:
         key = kube.key(pod)
+        if kind == "DELETED":
+            self._whole.pop(key, None)
         node_name = (pod.get("spec") or {}).get("nodeName")
         if (was := self._node_of.pop(key, None)) is not None:
             on_node = self._on_node[was]

@@ -116,7 +116,10 @@ class GangReconciler:
             namespace = self.cluster.namespace(pod["metadata"]["namespace"])
             if namespace is None:
                 raise RetryLater(f"namespace {pod['metadata']['namespace']} not seen yet")
-            decision = self.policies.evaluate(pod, namespace)
+            whole = await self.cluster.whole_pod(pod)
+            if whole is None:  # replaced by a Pod of the same name: its own events follow
+                raise RetryLater(f"pod {kube.key(pod)} was replaced while read")
+            decision = self.policies.evaluate(whole, namespace)
             actions = podplan.plan_submission(
                 pod, decision, self.cluster.snapshot(), self.translate_settings,
                 annotation_prefix=self.prefix, first_try=first_try)

@@ -210,7 +210,10 @@ class Scheduler:
             namespace = self.cluster.namespace(pod["metadata"]["namespace"])
             if namespace is None:  # its watch is behind the Pod's: policies may read it
                 raise RetryLater(f"namespace {pod['metadata']['namespace']} not seen yet")
-            decision = self.policies.evaluate(pod, namespace)
+            whole = await self.cluster.whole_pod(pod)
+            if whole is None:  # replaced by a Pod of the same name: its own events follow
+                raise RetryLater(f"pod {kube.key(pod)} was replaced while read")
+            decision = self.policies.evaluate(whole, namespace)
             submission = podplan.plan_submission(
                 pod, decision, self.cluster.snapshot(), self.translate_settings,
                 annotation_prefix=self.settings.annotation_prefix, first_try=tries == 0)

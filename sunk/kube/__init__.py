@@ -1,7 +1,8 @@
 """The Kubernetes API: the only package that imports kr8s (to read credentials).
 
 ``client``: one HTTP session to the API server, calls and watch streams; ``informer``:
-list-then-watch caches; ``writes``: what the scheduler writes, with typed bodies.
+list-then-watch caches; ``trim``: what the Pod cache keeps of a Pod; ``writes``: what the
+scheduler writes, with typed bodies.
 """
 
 from sunk.kube.client import (
@@ -18,6 +19,7 @@ from sunk.kube.client import (
     request,
 )
 from sunk.kube.informer import Handler, Informer, Subset, created, key
+from sunk.kube.trim import trim_pod
 from sunk.kube.writes import annotate, bind, delete_pod, event, evict, set_taints
 
 __all__ = [
@@ -43,4 +45,5 @@ __all__ = [
     "load_credentials",
     "request",
     "set_taints",
+    "trim_pod",
 ]

@@ -60,8 +60,11 @@ class Informer:
 
     def __init__(self, api: Client, resource: str, *, namespace: str | None = None,
                  version: str = "v1", label_selector: str | None = None,
-                 field_selector: str | None = None, handler: Handler | None = None) -> None:
+                 field_selector: str | None = None, handler: Handler | None = None,
+                 trim: Callable[[Obj], Obj] = _slim) -> None:
         self.api, self.resource, self.namespace, self.version = api, resource, namespace, version
+        #: What the cache keeps of each object (by default all but managedFields).
+        self.trim = trim
         self.params = {k: v for k, v in (("labelSelector", label_selector),
                                          ("fieldSelector", field_selector)) if v}
         self.handler = handler
@@ -83,7 +86,7 @@ class Informer:
     async def _list(self) -> str:
         body = await self.api.request("GET", self.resource, namespace=self.namespace,
                                       version=self.version, params=self.params)
-        fresh = {key(o): _slim(o) for o in body.get("items") or []}
+        fresh = {key(o): self.trim(o) for o in body.get("items") or []}
         gone = [o for k, o in self.cache.items() if k not in fresh]
         self.cache = fresh
         self.generation += 1
@@ -117,7 +120,7 @@ class Informer:
                     raise KubeError(f"watch {self.resource}: {obj.get('message')}",
                                     status=int(code or 0))
                 version = str(obj["metadata"]["resourceVersion"])
-                _slim(obj)
+                obj = self.trim(obj)
                 if kind != "BOOKMARK":
                     if kind == "DELETED":
                         self.cache.pop(key(obj), None)

@@ -163,7 +163,10 @@ def namespace(name: str = "ns") -> Obj:
 
 
 def put(informer: kube.Informer | kube.Subset, obj: Obj) -> None:
-    """The informer's cache as a watch event would leave it."""
+    """The informer's cache as a watch event would leave it (a Pod trimmed, and kept whole
+    while its policies are to run, as the Pod informer keeps it)."""
+    source = informer.source if isinstance(informer, kube.Subset) else informer
+    obj = source.trim(obj)
     informer.cache[kube.key(obj)] = obj
     informer.generation += 1
 

@@ -284,9 +284,11 @@ async def test_a_job_id_slurm_gives_to_another_pod_is_read_then_ignored(loop: Lo
     other = who("bbbb-0002", name="q")
     bed.slurm.jobs[41] = raw_job(41, other, state="RUNNING", nodes="slurm-1", started=True)
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))  # written for this Pod
+    bed.kube.routes[("GET", POD_PATH)] = answer(200, pod(annotations=owned(41)))
     bed.slurm.routes[("POST", SUBMIT)] = answer(200, {"job_id": 42})
     await loop.scheduler.reconcile("ns/p")
     assert bed.slurm.paths("GET") == [f"{SLURM}/job/41"]
+    assert len(bed.kube.calls("GET", POD_PATH)) == 1, "had a job: read whole for the policies"
     assert bed.cluster.jobs.owner(41) == other, "what was read is learned"
     assert len(bed.slurm.calls("POST", SUBMIT)) == 1
     assert bed.kube.calls("POST", f"{POD_PATH}/binding") == []
@@ -307,9 +309,12 @@ async def test_a_job_id_slurm_ties_to_the_pod_is_learned_and_followed(loop: Loop
 async def test_a_lost_job_of_a_pod_not_bound_is_replaced(loop: Loop) -> None:
     bed = loop.bed
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))  # Slurm lost job 41
+    whole = pod(annotations={**owned(41), f"{PREFIX}comment": "read whole"})
+    bed.kube.routes[("GET", POD_PATH)] = answer(200, whole)
     bed.slurm.routes[("POST", SUBMIT)] = answer(200, {"job_id": 42})
     await loop.scheduler.reconcile("ns/p")
-    assert len(bed.slurm.calls("POST", SUBMIT)) == 1
+    (sent,) = bed.slurm.calls("POST", SUBMIT)
+    assert sent["job"]["comment"] == "read whole", "policies map the Pod the API server has"
     assert bed.executor.memory.replaced == {UID: {41}}
     await bed.settle()
     assert reasons(bed) == ["SlurmJobLost"]

@@ -1,0 +1,67 @@
+"""What the Pod cache keeps of a Pod: the fields sunk reads, not the whole object.
+
+Every Pod in the cluster is cached (node locks and fit checks need what is bound where), and a
+Pod decoded from JSON takes about 12 kB of Python objects, most of it in fields nothing in
+sunk reads: volumes and mounts, environment, probes, container statuses, IPs. At 11,000 Pods
+that was over 100 MB of the scheduler's memory, and every full garbage collection walked it.
+
+The cache drops the fields listed here (a list of what is dropped, not of what is kept: a
+field Kubernetes adds later stays). Before reading a new field of a cached Pod, check that it
+is not dropped here. Policies are the exception: an operator's policy may read any field, so
+they are given the whole Pod (:meth:`sunk.cluster.Cluster.whole_pod`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+Obj = dict[str, Any]
+
+#: Pod spec fields no part of sunk reads.
+SPEC_DROPPED: Final = frozenset({
+    "volumes", "dnsPolicy", "dnsConfig", "enableServiceLinks", "serviceAccount",
+    "serviceAccountName", "automountServiceAccountToken", "securityContext",
+    "imagePullSecrets", "hostAliases", "readinessGates", "preemptionPolicy",
+})
+#: Container fields no part of sunk reads (it reads name, resources and restartPolicy).
+CONTAINER_DROPPED: Final = frozenset({
+    "volumeMounts", "volumeDevices", "env", "envFrom", "command", "args",
+    "terminationMessagePath", "terminationMessagePolicy", "imagePullPolicy",
+    "livenessProbe", "readinessProbe", "startupProbe", "lifecycle", "ports",
+    "securityContext", "workingDir", "stdin", "stdinOnce", "tty", "resizePolicy",
+})
+#: Pod status fields no part of sunk reads (it reads phase, and the dashboard the
+#: PodScheduled condition: the other conditions are dropped too).
+STATUS_DROPPED: Final = frozenset({
+    "containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses",
+    "hostIP", "hostIPs", "podIP", "podIPs", "startTime", "resourceClaimStatuses",
+})
+KEPT_CONDITIONS: Final = frozenset({"PodScheduled"})
+
+
+def trim_pod(pod: Obj) -> Obj:
+    """``pod`` without managedFields and the fields listed above (changed in place, and
+    returned). Never raises, whatever shape the object has."""
+    meta = pod.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    spec = pod.get("spec")
+    if isinstance(spec, dict):
+        for name in SPEC_DROPPED.intersection(spec):
+            del spec[name]
+        for list_name in ("containers", "initContainers"):
+            containers = spec.get(list_name)
+            if isinstance(containers, list):
+                for container in containers:
+                    if isinstance(container, dict):
+                        for name in CONTAINER_DROPPED.intersection(container):
+                            del container[name]
+    status = pod.get("status")
+    if isinstance(status, dict):
+        for name in STATUS_DROPPED.intersection(status):
+            del status[name]
+        conditions = status.get("conditions")
+        if isinstance(conditions, list):
+            status["conditions"] = [c for c in conditions if isinstance(c, dict)
+                                    and c.get("type") in KEPT_CONDITIONS]
+    return pod
