@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 NAME = "sunk-bench"
 NAMESPACE = "bench"
@@ -166,3 +167,42 @@ def cpu_seconds(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2:].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def pauses(metrics_url: str) -> dict[str, dict[str, float]]:
+    """The scheduler's pause histograms so far: full garbage collections and event-loop lag,
+    each as its count, total seconds and count above each bucket's bound."""
+    async with httpx.AsyncClient() as client:
+        text = (await client.get(metrics_url + "/metrics")).text
+    found: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in ("sunk_gc_pause_seconds", "sunk_event_loop_lag_seconds"):
+            continue
+        for sample in family.samples:
+            if family.name == "sunk_gc_pause_seconds" and sample.labels.get("generation") != "2":
+                continue
+            name = "gc_full" if family.name.startswith("sunk_gc") else "loop_lag"
+            into = found.setdefault(name, {})
+            if sample.name.endswith("_count"):
+                into["count"] = sample.value
+            elif sample.name.endswith("_sum"):
+                into["seconds"] = sample.value
+            elif sample.name.endswith("_bucket") and sample.labels["le"] != "+Inf":
+                into[f"le_{sample.labels['le']}"] = sample.value
+    return found
+
+
+def pauses_between(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]
+                   ) -> dict[str, dict[str, float]]:
+    """What happened between two :func:`pauses`: count, seconds, and how many were longer
+    than 0.1 and 0.25 s."""
+    out = {}
+    for name, now in after.items():
+        was = before.get(name, {})
+
+        def delta(key: str, now: dict[str, float] = now, was: dict[str, float] = was) -> float:
+            return now.get(key, 0.0) - was.get(key, 0.0)
+        count = delta("count")
+        out[name] = {"count": count, "seconds": round(delta("seconds"), 3),
+                     "over_0.1s": count - delta("le_0.1"), "over_0.25s": count - delta("le_0.25")}
+    return out

@@ -49,6 +49,8 @@ from benchmarks.pods import (
     cpu_seconds,
     create,
     log_offset,
+    pauses,
+    pauses_between,
     pod,
     rss_mib,
     scheduler_requests,
@@ -137,7 +139,10 @@ async def _fill(kube: httpx.AsyncClient, watch: BoundWatch, prefix: str, start: 
 
 
 async def _dashboard(running: RunningScheduler, runs: int = 20) -> dict[str, Any]:
+    """The Pods page timed ``runs`` times, with the scheduler's garbage collections and event
+    loop lag meanwhile (what a slow answer waited for)."""
     times = []
+    before = await pauses(running.url("metrics"))
     async with httpx.AsyncClient(base_url=running.url("dashboard"), timeout=60) as client:
         for _ in range(runs):
             t0 = time.monotonic()
@@ -145,7 +150,10 @@ async def _dashboard(running: RunningScheduler, runs: int = 20) -> dict[str, Any
             times.append(time.monotonic() - t0)
             r.raise_for_status()
         size = len(r.content)
-    return {"runs": runs, "seconds": summary(times), "bytes": size}
+    after = await pauses(running.url("metrics"))
+    return {"runs": runs, "seconds": summary(times), "bytes": size,
+            "pauses_meanwhile": pauses_between(before, after),
+            "pauses_since_start": pauses_between({}, after)}
 
 
 async def run(tb: cluster.Testbed, running: RunningScheduler, steps: list[int], pending: int,
@@ -265,4 +273,14 @@ def render(figures: dict[str, Any]) -> str:
                   f"p50 {1000 * d['seconds']['p50']:.0f} ms, p99 "
                   f"{1000 * d['seconds']['p99']:.0f} ms over {d['runs']} requests "
                   f"({d['bytes']:,} bytes; target 200 ms)."]
+        for when, title in (("pauses_meanwhile", "while it was timed"),
+                            ("pauses_since_start", "over the whole run")):
+            p = d.get(when) or {}
+            gc_full, lag = p.get("gc_full"), p.get("loop_lag")
+            if gc_full and lag:
+                lines.append(
+                    f"- The scheduler's pauses {title}: {gc_full['count']:.0f} full garbage "
+                    f"collections ({gc_full['seconds']:.2f} s, {gc_full['over_0.1s']:.0f} over "
+                    f"100 ms); event loop late by more than 100 ms {lag['over_0.1s']:.0f} times, "
+                    f"by more than 250 ms {lag['over_0.25s']:.0f} times.")
     return "\n".join(lines)

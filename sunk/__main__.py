@@ -13,7 +13,7 @@ import sys
 import uvloop
 from pydantic import ValidationError
 
-from sunk import kube, leader, policywatch
+from sunk import kube, leader, metrics, policywatch
 from sunk.hooks import create_hooks_app
 from sunk.policy import PolicyLoadError, PolicyStore
 from sunk.profiling import OnDemandProfiler
@@ -96,6 +96,8 @@ async def run(settings: Settings) -> None:
         async with asyncio.TaskGroup() as tasks:
             tasks.create_task(serve(probes_app(ready), settings.health_probe_bind_address))
             tasks.create_task(serve(metrics_app(), settings.metrics_bind_address))
+            metrics.watch_gc()
+            tasks.create_task(metrics.watch_loop_lag())
             if election is not None:
                 # A standby serves probes and metrics only; the leader does everything else.
                 # A label left by an earlier run of this Pod must not route hooks here.

@@ -1,5 +1,10 @@
 """Prometheus metrics of the scheduler (served on --metrics-bind-address at /metrics)."""
 
+import asyncio
+import gc
+import time
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 JOBS_SUBMITTED = Counter("sunk_jobs_submitted_total", "Placeholder jobs submitted to Slurm")
@@ -36,3 +41,35 @@ SLURM_REQUESTS = Counter("sunk_slurm_requests_total", "Calls to slurmrestd, by w
                          ["call"])
 KUBE_REQUESTS = Counter("sunk_kube_requests_total", "Calls to the API server (watches included), "
                         "by verb and resource", ["verb", "resource"])
+
+_PAUSE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+GC_PAUSE = Histogram("sunk_gc_pause_seconds", "Python's garbage collections, by generation: "
+                     "the event loop (hooks, dashboard, watches) stands still meanwhile",
+                     ["generation"], buckets=_PAUSE_BUCKETS)
+LOOP_LAG = Histogram("sunk_event_loop_lag_seconds", "How late a timer of the event loop fires: "
+                     "how long one piece of work held the loop (a request waits that long)",
+                     buckets=_PAUSE_BUCKETS)
+
+
+def watch_gc() -> None:
+    """Time every garbage collection into :data:`GC_PAUSE` (once per process)."""
+    started = [0.0]
+    pauses = [GC_PAUSE.labels(generation=str(g)) for g in range(3)]
+
+    def timed(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            pauses[info["generation"]].observe(time.perf_counter() - started[0])
+
+    if not any(getattr(c, "__name__", "") == "timed" for c in gc.callbacks):
+        gc.callbacks.append(timed)
+
+
+async def watch_loop_lag(every: float = 0.25) -> None:
+    """Forever: how late a timer fires, into :data:`LOOP_LAG`."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + every
+        await asyncio.sleep(every)
+        LOOP_LAG.observe(max(0.0, loop.time() - due))
