@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from sunk import fit
@@ -42,6 +43,15 @@ class NodeInfo:
     #: The Node's allocatable (None: unknown, so room is not checked).
     allocatable: fit.Resources | None = None
 
+    #: The taints a Pod must tolerate (NoSchedule, NoExecute; not our lock: placeholder jobs
+    #: are what it is for), found once per Node rather than per Pod: most Nodes have none.
+    blocking_taints: tuple[Mapping[str, Any], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        blocking = tuple(t for t in self.taints if t.get("key") != LOCK_TAINT
+                         and t.get("effect") in _BLOCKING_EFFECTS) if self.taints else ()
+        object.__setattr__(self, "blocking_taints", blocking)
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -54,6 +64,21 @@ class Snapshot:
     slurm_nodes: frozenset[str] | None = None
     #: Node name -> the requests bound there that a node lock leaves (None: room unchecked).
     used: Callable[[str], fit.Resources] | None = None
+
+    @cached_property
+    def known_nodes(self) -> tuple[tuple[str, NodeInfo | None], ...]:
+        """Each Slurm node placement considers, sorted by name, with its Kubernetes Node (None:
+        unmapped). Found once per snapshot, not per Pod: a snapshot's mappings are not changed
+        after it is built (``Cluster.snapshot`` builds a new one when any of them changes)."""
+        known = self.slurm_nodes if self.slurm_nodes is not None else self.slurm_to_k8s
+        to_k8s, nodes = self.slurm_to_k8s, self.nodes
+        return tuple((slurm_node, nodes.get(k8s) if (k8s := to_k8s.get(slurm_node)) else None)
+                     for slurm_node in sorted(known))
+
+    def k8s_node(self, slurm_node: str) -> NodeInfo | None:
+        """The Kubernetes Node running ``slurm_node`` (None: no slurmd Pod runs it)."""
+        k8s = self.slurm_to_k8s.get(slurm_node)
+        return self.nodes.get(k8s) if k8s else None
 
     def room(self, wants: fit.Resources, node: NodeInfo) -> str | None:
         """None if the Node has room for ``wants`` in Kubernetes' view, else what it lacks."""
@@ -113,52 +138,108 @@ def _term_holds(term: Mapping[str, Any], node: NodeInfo) -> bool:
             and all(_requirement_holds(r, field_values) for r in fields))
 
 
+@dataclass(frozen=True)
+class PodConstraints:
+    """What a Pod asks of a Node (tolerations, nodeSelector, required node affinity), read
+    from its spec once: placement checks every Node for every Pod submitted."""
+
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    node_selector: tuple[tuple[str, Any], ...] = ()
+    #: The required node affinity's terms (one must hold; none: no affinity required).
+    affinity_terms: tuple[Mapping[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> PodConstraints:
+        spec = pod.get("spec") or {}
+        required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                    .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+        return cls(tolerations=tuple(spec.get("tolerations") or ()),
+                   node_selector=tuple((spec.get("nodeSelector") or {}).items()),
+                   affinity_terms=tuple(required.get("nodeSelectorTerms") or ()))
+
+    @property
+    def selective(self) -> bool:
+        """The Pod asks for particular labels or fields (nodeSelector, required affinity)."""
+        return bool(self.node_selector or self.affinity_terms)
+
+    def tolerates_taints(self, node: NodeInfo) -> bool:
+        return all(tolerates(self.tolerations, taint) for taint in node.blocking_taints)
+
+    def selects(self, node: NodeInfo) -> bool:
+        """The Node's labels and name meet the nodeSelector and the required affinity."""
+        labels = node.labels
+        for key, value in self.node_selector:
+            if labels.get(key) != value:
+                return False
+        return not self.affinity_terms or any(_term_holds(t, node) for t in self.affinity_terms)
+
+    def fits(self, node: NodeInfo) -> bool:
+        """Whether the Pod may run on ``node`` (``why_not`` is None), without building text."""
+        return not node.unschedulable and self.tolerates_taints(node) and self.selects(node)
+
+    def why_not(self, node: NodeInfo) -> str | None:
+        """None if the Pod may run on ``node``, else why not: the first of cordon, taint,
+        selector, affinity that forbids it."""
+        if node.unschedulable:
+            return CORDONED
+        for taint in node.blocking_taints:
+            if not tolerates(self.tolerations, taint):
+                return f"taint {taint.get('key')}={taint.get('value', '')}:{taint.get('effect')}"
+        for key, value in self.node_selector:
+            if node.labels.get(key) != value:
+                return f"nodeSelector {key}={value}"
+        if self.affinity_terms and not any(_term_holds(t, node) for t in self.affinity_terms):
+            return "required node affinity"
+        return None
+
+
 def node_fits(pod: Mapping[str, Any], node: NodeInfo) -> str | None:
     """None if the Pod may run on ``node``, else why not (taint, selector or affinity)."""
-    spec = pod.get("spec") or {}
-    if node.unschedulable:
-        return CORDONED
-    tolerations = spec.get("tolerations") or []
-    for taint in node.taints:
-        if taint.get("key") == LOCK_TAINT:
-            continue  # our own lock: placeholder jobs are what the lock is for
-        if taint.get("effect") in _BLOCKING_EFFECTS and not tolerates(tolerations, taint):
-            return f"taint {taint.get('key')}={taint.get('value', '')}:{taint.get('effect')}"
-    for key, value in (spec.get("nodeSelector") or {}).items():
-        if node.labels.get(key) != value:
-            return f"nodeSelector {key}={value}"
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = required.get("nodeSelectorTerms") or []
-    if terms and not any(_term_holds(t, node) for t in terms):
-        return "required node affinity"
-    return None
+    return PodConstraints.of(pod).why_not(node)
+
+
+def _needs(wants: fit.Resources) -> tuple[tuple[str, int], ...]:
+    """What must stay within a Node's allocatable for one more Pod (as ``fit.shortfall``
+    counts it): each resource requested above zero, and one of the Node's ``pods``."""
+    return tuple((r, amount) for r, amount in (*wants.items(), (fit.PODS, 1)) if amount > 0)
 
 
 def excluded_slurm_nodes(pod: Mapping[str, Any], snap: Snapshot) -> list[str]:
-    """Slurm nodes the Pod must not get: unmapped ones, and those on Nodes it does not fit."""
-    known = snap.slurm_nodes if snap.slurm_nodes is not None else frozenset(snap.slurm_to_k8s)
-    wants = fit.pod_requests(pod)
+    """Slurm nodes the Pod must not get: unmapped ones, and those on Nodes it does not fit.
+
+    Runs for every Node at every submission, so the usual Node (no taint, room to spare) for
+    the usual Pod (no selector, no affinity) costs a few attribute reads and the room sums,
+    which are ``fit.shortfall``'s without its text."""
+    constraints = PodConstraints.of(pod)
+    selective = constraints.selective
+    needs = _needs(fit.pod_requests(pod))
+    used = snap.used
     excluded = []
-    for slurm_node in sorted(known):
-        k8s = snap.slurm_to_k8s.get(slurm_node)
-        node = snap.nodes.get(k8s) if k8s else None
-        if node is None or node_fits(pod, node) is not None or snap.room(wants, node):
+    for slurm_node, node in snap.known_nodes:
+        if (node is None or node.unschedulable
+                or (node.blocking_taints and not constraints.tolerates_taints(node))
+                or (selective and not constraints.selects(node))):
             excluded.append(slurm_node)
+        elif used is not None and (allocatable := node.allocatable) is not None:
+            taken = used(node.name)
+            for resource, amount in needs:
+                if amount > allocatable.get(resource, 0) - taken.get(resource, 0):
+                    excluded.append(slurm_node)
+                    break
     return excluded
 
 
 def why_excluded(pod: Mapping[str, Any], snap: Snapshot, slurm_node: str) -> str:
     """Why ``slurm_node`` is in the Pod's excluded nodes ("" if it is not)."""
-    k8s = snap.slurm_to_k8s.get(slurm_node)
-    node = snap.nodes.get(k8s) if k8s else None
+    node = snap.k8s_node(slurm_node)
     if node is None:
         return UNMAPPED
     return node_fits(pod, node) or snap.room(fit.pod_requests(pod), node) or ""
 
 
 def feasible_k8s_nodes(pod: Mapping[str, Any], snap: Snapshot) -> list[str]:
-    return [n.name for n in snap.nodes.values() if node_fits(pod, n) is None]
+    constraints = PodConstraints.of(pod)
+    return [n.name for n in snap.nodes.values() if constraints.fits(n)]
 
 
 def gpu_models(pod: Mapping[str, Any], snap: Snapshot, label: str) -> set[str]:
