@@ -26,6 +26,11 @@ WATCH_SECONDS = 300
 
 _decode = msgspec.json.Decoder().decode
 
+#: Events handled between two turns given to the rest of the event loop. A burst (a thousand
+#: Pods deleted at once) arrives already read, and would otherwise be handled in one go while
+#: hook calls and dashboard pages wait.
+YIELD_EVERY = 16
+
 
 def key(obj: Obj) -> str:
     """``namespace/name``, or ``name`` for a cluster-scoped object: the cache key."""
@@ -90,10 +95,11 @@ class Informer:
         gone = [o for k, o in self.cache.items() if k not in fresh]
         self.cache = fresh
         self.generation += 1
-        for obj in gone:
-            await self._emit("DELETED", obj)
-        for obj in fresh.values():
-            await self._emit("ADDED", obj)
+        events = [*(("DELETED", o) for o in gone), *(("ADDED", o) for o in fresh.values())]
+        for n, (kind, obj) in enumerate(events, 1):
+            await self._emit(kind, obj)
+            if n % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
         self.synced.set()
         self.healthy, self.last_error = True, ""
         self.resource_version = str(body["metadata"]["resourceVersion"])
@@ -108,9 +114,13 @@ class Informer:
                                         version=self.version, params=params) as lines:
             # The server took the watch: it answers again (a resumed watch may run 5 min).
             self.healthy, self.last_error = True, ""
+            handled = 0
             async for line in lines:
                 if not line.strip():
                     continue
+                handled += 1
+                if handled % YIELD_EVERY == 0:
+                    await asyncio.sleep(0)
                 # msgspec: several times faster than json, and watch events are most of what
                 # the scheduler reads
                 event = _decode(line)

@@ -228,3 +228,40 @@ def test_a_subset_keeps_what_it_selects_and_follows_its_source() -> None:
     source.last_error = "boom"
     assert subset.synced.is_set() and subset.last_error == "boom"
     assert subset.resource == "pods" and subset.namespace == "ns"
+
+
+async def test_a_burst_of_events_lets_the_rest_of_the_loop_run_and_each_is_trimmed(
+        running: Callable[[kube.Informer], None]) -> None:
+    """A thousand Pods deleted at once arrive already read: hook calls and dashboard pages
+    must not wait for all of them to be handled."""
+    burst = [("ADDED", obj(f"p{n}", str(100 + n), spec={"drop": 1, "keep": n}))
+             for n in range(64)]
+    server = FakeServer(listing("10", *(obj(f"l{n}", str(n)) for n in range(40))),
+                        watch(*burst), never)
+    ticks = [0]
+    at_event: list[int] = []
+
+    def handler(kind: str, o: kube.Obj) -> None:
+        at_event.append(ticks[0])
+
+    def trim(o: kube.Obj) -> kube.Obj:
+        o.get("spec", {}).pop("drop", None)
+        return o
+
+    async def ticking() -> None:
+        while True:
+            ticks[0] += 1
+            await asyncio.sleep(0)
+
+    api = client(server)
+    informer = kube.Informer(api, "pods", handler=handler, trim=trim)
+    ticker = asyncio.create_task(ticking())
+    running(informer)
+    await server.wait_for(3)
+    ticker.cancel()
+    listed, watched = at_event[:40], at_event[40:]
+    assert len(watched) == 64
+    assert len(set(listed)) > 1 and len(set(watched)) > 1, "the loop ran in between"
+    assert all(o["spec"] == {"keep": n} for n, o in enumerate(
+        informer.cache[f"ns/p{n}"] for n in range(64)))
+    await api.aclose()
