@@ -19,7 +19,10 @@ The default policies took 6 to 7 ms per Pod that way (see docs/benchmarks.md). S
    (:mod:`~sunk.policy.cel.operators`), and convert Pods with ``to_cel``
    (:mod:`~sunk.policy.cel.values`), which gives what ``celpy.json_to_cel`` gives;
 4. let callers build one activation per Pod and policy and run several expressions against it
-   (``run_all``).
+   (``run_all``);
+5. record, for each expression, which parts of the Pod and its Namespace it reads
+   (:mod:`~sunk.policy.cel.reads`), so that the engine can reuse the decision of a Pod that
+   reads the same (:mod:`sunk.policy.memo`).
 
 Results are those of cel-python's interpreter (``tests/unit/policy/test_cel.py`` compares
 them), except in two places where cel-python 0.5 departs from CEL and we follow CEL:
@@ -43,12 +46,15 @@ from celpy.evaluation import Activation
 from sunk.policy.cel.compiler import ROOT_NAMES, CelCompileError, compile_tree
 from sunk.policy.cel.evaluator import FastEvaluator, bind_names
 from sunk.policy.cel.operators import FUNCTION_CHAIN
+from sunk.policy.cel.reads import VARYING_ROOTS, Read, read_paths
 from sunk.policy.cel.values import Result, Tree, describe_error, to_cel, type_name
 
 __all__ = [
     "ROOT_NAMES",
+    "VARYING_ROOTS",
     "CelCompileError",
     "Program",
+    "Read",
     "Result",
     "compile_expression",
     "describe_error",
@@ -61,10 +67,15 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Program:
-    """One compiled expression, ready to run against many activations."""
+    """One compiled expression, ready to run against many activations.
+
+    ``reads`` are the parts of ``object`` and ``namespaceObject`` it reads (see
+    :mod:`~sunk.policy.cel.reads`): its value depends on the Pod through them only.
+    """
 
     source: str
     ast: Tree
+    reads: frozenset[Read] = frozenset()
 
     def run(self, activation: Activation) -> Result:
         """The value, or the CELEvalError, of this expression; raises only on a bug."""
@@ -90,7 +101,8 @@ def compile_expression(
 
     ``variables`` are the names ``variables.x`` may read; ``names`` the free identifiers.
     """
-    return Program(text, compile_tree(text, variables=variables, names=names))
+    tree = compile_tree(text, variables=variables, names=names)
+    return Program(text, tree, read_paths(tree, VARYING_ROOTS))
 
 
 def new_activation(values: Mapping[str, Result]) -> Activation:
