@@ -3,6 +3,9 @@
 A failed validation becomes a violation for each of the policy's actions; an expression that
 cannot be evaluated is an evaluation error, which ``failurePolicy: Fail`` also turns into a
 violation (reason :data:`POLICY_ERROR_REASON`).
+
+Evaluation only builds the outcome; the engine counts it in the metrics
+(:func:`sunk.policy.metrics.count`), for a decision it reuses as for one it computes.
 """
 
 from __future__ import annotations
@@ -14,10 +17,10 @@ from typing import Any, Final
 from celpy import celtypes
 from celpy.evaluation import Activation, CELEvalError
 
-from sunk.policy import metrics
 from sunk.policy.cel import (
     CelCompileError,
     Program,
+    Read,
     compile_expression,
     describe_error,
     new_activation,
@@ -135,6 +138,15 @@ class CompiledPolicy:
             raise PolicyLoadError(self._issues)
         self._validation_programs = [validation.program for validation in self.validations]
         self._mapping_programs = [mapping.program for mapping in self.mappings]
+        programs = [
+            *self.variables.values(),
+            *(program for _, program in self.match_conditions),
+            *self._validation_programs,
+            *(v.message_program for v in self.validations if v.message_program is not None),
+            *self._mapping_programs,
+        ]
+        # What of object and namespaceObject any expression of the policy reads.
+        self.reads: frozenset[Read] = frozenset().union(*(p.reads for p in programs))
 
     def _compile(self, where: str, text: str) -> Program | None:
         try:
@@ -190,25 +202,21 @@ class CompiledPolicy:
             outcome.errors.append(
                 EvaluationError(self.name, where, _problem(text, "string"), enforced=False)
             )
-            metrics.EVALUATION_ERRORS.labels(policy=self.name).inc()
         return _clip(validation.message)
 
     def _violate(self, outcome: Outcome, reason: str, message: str) -> None:
         violation = Violation(self.name, reason, message)
         for action in self.actions:
-            metrics.VIOLATIONS.labels(policy=self.name, action=action).inc()
             if action == "Deny":
                 outcome.denials.append(violation)
             elif action == "Warn":
                 outcome.warnings.append(violation)
             else:
                 outcome.audits.append(violation)
-                metrics.AUDITS.labels(policy=self.name).inc()
 
     def record_error(self, outcome: Outcome, where: str, message: str) -> None:
         """Report an evaluation error; with failurePolicy Fail it is also a violation."""
         outcome.errors.append(EvaluationError(self.name, where, message, enforced=self.fail))
-        metrics.EVALUATION_ERRORS.labels(policy=self.name).inc()
         if self.fail:
             self._violate(outcome, POLICY_ERROR_REASON, _clip(f"{where}: {message}"))
 

@@ -4,19 +4,28 @@ Policies are compiled once (``PolicyEngine.compile``) and evaluated for every Po
 (``PolicyEngine.evaluate``). Evaluation never raises: whatever the Pod holds, the outcome is
 allowed, denied with a reason, or a policy error that the policy's ``failurePolicy`` turns into
 a violation (Fail) or skips (Ignore), and which is reported either way.
+
+Each engine keeps the decisions of recent Pods by what the policies read of them
+(:mod:`sunk.policy.memo`): a Pod that reads the same as one already evaluated, such as
+another Pod of the same Deployment or Job, gets that decision without evaluating the policies
+again. The decision is the one evaluating would give; the metrics and the audit log lines are
+counted and written for every Pod alike.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Final
 
 from sunk.policy import metrics
 from sunk.policy.cel import describe_error, to_cel
+from sunk.policy.cel.reads import Path, minimal
 from sunk.policy.compiled import CompiledPolicy
 from sunk.policy.decision import Decision, Outcome
+from sunk.policy.memo import MAX_ENTRIES, KeyMaker, Memo
 from sunk.policy.model import Origin, PolicyDocument, PolicyIssue, PolicyLoadError
 
 _log = logging.getLogger(__name__)
@@ -28,20 +37,29 @@ DEFAULT_SETTINGS: Final[Mapping[str, Any]] = MappingProxyType(
 
 
 class PolicyEngine:
-    """A compiled policy set and the settings its expressions see; immutable once built."""
+    """A compiled policy set and the settings its expressions see; immutable once built,
+    but for its memo of recent decisions (``memo_size`` of them; 0 turns the memo off)."""
 
     def __init__(
-        self, policies: Sequence[CompiledPolicy], settings: Mapping[str, Any] | None = None
+        self,
+        policies: Sequence[CompiledPolicy],
+        settings: Mapping[str, Any] | None = None,
+        *,
+        memo_size: int = MAX_ENTRIES,
     ) -> None:
         self.policies = tuple(policies)
         self.settings: Mapping[str, Any] = MappingProxyType(
             {**DEFAULT_SETTINGS, **(settings or {})}
         )
         self._settings = to_cel(dict(self.settings))
-        self._results = {
-            True: metrics.EVALUATIONS.labels(result="allowed"),
-            False: metrics.EVALUATIONS.labels(result="denied"),
-        }
+        # What the policies read of object and namespaceObject, by root name.
+        self.reads: Mapping[str, tuple[Path, ...]] = MappingProxyType(
+            minimal(read for policy in self.policies for read in policy.reads)
+        )
+        self._keys = KeyMaker(self.reads)
+        self._memo: Memo | None = Memo(memo_size) if memo_size > 0 else None
+        for result in ("allowed", "denied"):  # both series exist from the start
+            metrics.EVALUATIONS.labels(result=result)
 
     @classmethod
     def compile(
@@ -81,27 +99,15 @@ class PolicyEngine:
 
         ``namespace`` is the Pod's Namespace object, if the caller has it. Never raises.
         """
-        outcome = Outcome()
-        try:
-            values = {
-                "object": to_cel(without_managed_fields(pod)),
-                "namespaceObject": None if namespace is None else to_cel(dict(namespace)),
-                "settings": self._settings,
-            }
-        except Exception as error:  # not JSON data, or nested too deeply
-            for policy in self.policies:
-                policy.record_error(
-                    outcome, "object", f"cannot read the Pod or its Namespace: {error}"
-                )
+        key = self._key(pod, namespace) if self._memo is not None else None
+        known = None if key is None or self._memo is None else self._memo.get(key)
+        if known is not None:
+            decision = _own_copy(known)
         else:
-            for policy in self.policies:
-                try:
-                    policy.evaluate(values, outcome)
-                except Exception as error:  # a bug in a function or in cel-python
-                    _log.exception("policy %s failed on a Pod", policy.name)
-                    policy.record_error(outcome, "spec", f"internal error: {describe_error(error)}")
-        decision = outcome.decision()
-        self._results[decision.allowed].inc()
+            decision, clean = self._evaluate(pod, namespace)
+            if key is not None and clean and self._memo is not None:
+                self._memo.put(key, _own_copy(decision))
+        metrics.count(decision)
         for audit in decision.audits:
             _log.info(
                 "policy audit: %s: %s: %s (pod %s)",
@@ -111,6 +117,55 @@ class PolicyEngine:
                 pod_name(pod),
             )
         return decision
+
+    def _key(self, pod: Mapping[str, Any], namespace: Mapping[str, Any] | None) -> bytes | None:
+        """The memo key of the Pod, or None (then it is evaluated without the memo)."""
+        try:
+            ns = None if namespace is None else dict(namespace)
+            return self._keys.key(without_managed_fields(pod), ns)
+        except Exception:  # not a mapping: evaluating reports it
+            return None
+
+    def _evaluate(
+        self, pod: Mapping[str, Any], namespace: Mapping[str, Any] | None
+    ) -> tuple[Decision, bool]:
+        """The decision, and whether it came without an exception (only then is it kept)."""
+        outcome = Outcome()
+        clean = True
+        try:
+            values = {
+                "object": to_cel(without_managed_fields(pod)),
+                "namespaceObject": None if namespace is None else to_cel(dict(namespace)),
+                "settings": self._settings,
+            }
+        except Exception as error:  # not JSON data, or nested too deeply
+            clean = False
+            for policy in self.policies:
+                policy.record_error(
+                    outcome, "object", f"cannot read the Pod or its Namespace: {error}"
+                )
+        else:
+            for policy in self.policies:
+                try:
+                    policy.evaluate(values, outcome)
+                except Exception as error:  # a bug in a function or in cel-python
+                    clean = False
+                    _log.exception("policy %s failed on a Pod", policy.name)
+                    policy.record_error(outcome, "spec", f"internal error: {describe_error(error)}")
+        return outcome.decision(), clean
+
+
+def _own_copy(decision: Decision) -> Decision:
+    """The decision with its own mappings (list values included), for the memo or a caller."""
+    mappings = {
+        name: list(value) if isinstance(value, list) else value
+        for name, value in decision.mappings.items()
+    }
+    return replace(
+        decision,
+        mappings=MappingProxyType(mappings),
+        mapped_by=MappingProxyType(dict(decision.mapped_by)),
+    )
 
 
 def without_managed_fields(pod: Mapping[str, Any]) -> Any:

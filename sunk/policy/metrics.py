@@ -4,6 +4,8 @@ from typing import Final
 
 from prometheus_client import Counter
 
+from sunk.policy.decision import Decision
+
 EVALUATIONS: Final = Counter(
     "sunk_policy_evaluations_total",
     "Pods evaluated against the policy set, by result (allowed or denied).",
@@ -32,3 +34,24 @@ RELOADS: Final = Counter(
     "sunk_policy_reloads_total",
     "Policy sets loaded and put in force (start-up included).",
 )
+
+
+def count(decision: Decision) -> None:
+    """Count one Pod's decision: its result, each violation once per action, each error.
+
+    A policy whose validation fails adds the violation once for each of its actions, to the
+    denials, warnings or audits, and each evaluation error (a messageExpression's too) is in
+    ``errors``: counting them here moves every counter as counting them as they happened did.
+    """
+    EVALUATIONS.labels(result="allowed" if decision.allowed else "denied").inc()
+    for action, violations in (
+        ("Deny", decision.denials),
+        ("Warn", decision.warnings),
+        ("Audit", decision.audits),
+    ):
+        for violation in violations:
+            VIOLATIONS.labels(policy=violation.policy, action=action).inc()
+    for violation in decision.audits:
+        AUDITS.labels(policy=violation.policy).inc()
+    for error in decision.errors:
+        EVALUATION_ERRORS.labels(policy=error.policy).inc()
