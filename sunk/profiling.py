@@ -5,7 +5,10 @@ writes the profile (pstats format) to ``$SUNK_PROFILE`` (default
 The profiler counts CPU time (``time.process_time``), not wall time: on a busy machine a
 wall-clock sampler charges a call with the time the process waited for a core, which lands
 on whatever call woke another process (a socket write). The benchmarks use it to profile one
-phase of a run (``python -m benchmarks.scheduling --profile``)."""
+phase of a run (``python -m benchmarks.scheduling --profile``).
+
+Started with ``PYTHONTRACEMALLOC=<frames>``, SIGUSR2 also writes a tracemalloc snapshot of
+where the memory in use was allocated, to the same path with ``.memory`` appended."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import logging
 import os
 import signal
 import time
+import tracemalloc
 
 log = logging.getLogger("sunk.profiling")
 
@@ -32,6 +36,9 @@ class OnDemandProfiler:
             log.info("profiling started (CPU time); SIGUSR2 writes it to %s", self.path)
 
     def stop(self) -> None:
+        if tracemalloc.is_tracing():  # started with PYTHONTRACEMALLOC: where memory went
+            tracemalloc.take_snapshot().dump(self.path + ".memory")
+            log.info("memory snapshot written to %s.memory", self.path)
         if self._profile is not None:
             self._profile.disable()
             self._profile.dump_stats(self.path)
