@@ -2,6 +2,8 @@
 
 Prints evaluations per second and microseconds per Pod for the whole set, the share of each
 policy and of converting the Pod to CEL values, and with ``--profile`` where the time goes.
+The first Pod of a template is evaluated (the engine's memo misses); another Pod of the same
+template, differing in name and uid, gets the memoised decision (a hit): both are measured.
 The results in docs/benchmarks.md come from this command.
 """
 
@@ -30,6 +32,7 @@ from sunk.policy.decision import Decision, Outcome
 from sunk.policy.engine import PolicyEngine, without_managed_fields
 from sunk.policy.functions import FUNCTIONS
 from sunk.policy.loader import load_directory
+from sunk.policy.memo import KeyMaker
 from tests.unit.policy.pods import realistic_pod
 
 
@@ -84,11 +87,29 @@ def _cpu_model() -> str:
 
 def run(policies: Path, seconds: float, profile: bool) -> str:
     """Run the benchmark and return its report as Markdown."""
-    engine = load_directory(policies, settings={"killWaitSeconds": 30})
+    loaded = load_directory(policies, settings={"killWaitSeconds": 30})
+    engine = PolicyEngine(loaded.policies, loaded.settings, memo_size=0)  # every call a miss
+    memo = PolicyEngine(loaded.policies, loaded.settings)
     pod = realistic_pod()
     decision = engine.evaluate(pod)
     _check(decision)
     total, calls = _per_call(lambda: engine.evaluate(pod), seconds)
+    _check(memo.evaluate(pod))
+    sibling = _sibling(pod)
+    if memo.evaluate(sibling) != decision:
+        raise SystemExit("the memo gave another decision")
+    hit, _ = _per_call(lambda: memo.evaluate(sibling), seconds / 2)
+    # With the memo on, a Pod that reads differently: alternating two, each pushing out the other.
+    one = PolicyEngine(loaded.policies, loaded.settings, memo_size=1)
+    pods = [pod, _other_template(pod)]
+
+    def alternate() -> None:
+        pods.reverse()
+        one.evaluate(pods[0])
+
+    miss, _ = _per_call(alternate, seconds / 2)
+    keys = KeyMaker(memo.reads)
+    key, _ = _per_call(lambda: keys.key(without_managed_fields(sibling), None), seconds / 4)
     everything = every_annotation_pod()
     _check(engine.evaluate(everything))
     worst, _ = _per_call(lambda: engine.evaluate(everything), seconds / 2)
@@ -109,7 +130,12 @@ def run(policies: Path, seconds: float, profile: bool) -> str:
         f"Python {platform.python_version()}",
         f"- Policy set: {len(engine.policies)} policies from `{policies}`; Pod: two containers, "
         f"4 GPUs, six sunk annotations; {calls} evaluations",
-        f"- **{1 / total:,.0f} evaluations per second, {total * 1e6:.0f} µs per Pod**",
+        f"- **{1 / total:,.0f} evaluations per second, {total * 1e6:.0f} µs per Pod** "
+        f"(the memo off)",
+        f"- The first Pod of a template (the memo misses, keys it and keeps the decision): "
+        f"{miss * 1e6:.0f} µs per Pod",
+        f"- **Another Pod of the same template (the memo's decision): {1 / hit:,.0f} per "
+        f"second, {hit * 1e6:.1f} µs per Pod**, of which {key * 1e6:.1f} µs compute its key",
         f"- The same Pod with all 15 annotations of the table: {worst * 1e6:.0f} µs per Pod",
         f"- Baseline, the same expressions through cel-python's documented API, one evaluation "
         f"per expression: {stock * 1e6:,.0f} µs per Pod",
@@ -129,6 +155,24 @@ def run(policies: Path, seconds: float, profile: bool) -> str:
         pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(15)
         lines += ["", "```", text.getvalue().strip(), "```"]
     return "\n".join(lines)
+
+
+def _sibling(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """Another Pod of the same ReplicaSet: only fields no policy reads differ."""
+    metadata = {
+        **pod["metadata"],
+        "name": "inference-7d9f8c6b5-q8w2z",
+        "uid": "9c0a7f52-1d2e-4f3a-8b4c-5d6e7f8a9b0c",
+        "resourceVersion": "123456790",
+        "creationTimestamp": "2026-05-27T10:00:01Z",
+    }
+    return {**pod, "metadata": metadata}
+
+
+def _other_template(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The Pod with one more annotation (no policy uses it, but the annotations are read)."""
+    annotations = {**pod["metadata"]["annotations"], "example.com/team": "a"}
+    return {**pod, "metadata": {**pod["metadata"], "annotations": annotations}}
 
 
 def stock_baseline(engine: PolicyEngine, pod: Mapping[str, Any]) -> Callable[[], None]:

@@ -9,6 +9,10 @@ with CEL expressions (see docs/policies.md). The scheduler uses three things::
 
 ``decision.allowed``, ``decision.reason`` and ``decision.message`` give the Event;
 ``decision.mappings`` the Slurm job fields; ``store.status()`` what the dashboard shows.
+
+The engine remembers the decisions of recent Pods by the fields its policies read
+(:mod:`sunk.policy.memo`): the Pods of one Deployment or Job, which differ in name and uid, are
+evaluated once, and each gets the decision that evaluating it would give.
 """
 
 from sunk.policy.compiled import POLICY_ERROR_REASON
