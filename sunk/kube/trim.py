@@ -13,6 +13,7 @@ they are given the whole Pod (:meth:`sunk.cluster.Cluster.whole_pod`).
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Final
 
 Obj = dict[str, Any]
@@ -37,6 +38,10 @@ STATUS_DROPPED: Final = frozenset({
     "hostIP", "hostIPs", "podIP", "podIPs", "startTime", "resourceClaimStatuses",
 })
 KEPT_CONDITIONS: Final = frozenset({"PodScheduled"})
+#: Metadata fields unique to each Pod: not worth sharing (see :func:`_share_strings`).
+_UNIQUE_METADATA: Final = frozenset({"name", "uid", "resourceVersion", "creationTimestamp",
+                                     "generateName", "managedFields"})
+_SHARED_MAX_LENGTH: Final = 64
 
 
 def trim_pod(pod: Obj) -> Obj:
@@ -64,4 +69,26 @@ def trim_pod(pod: Obj) -> Obj:
         if isinstance(conditions, list):
             status["conditions"] = [c for c in conditions if isinstance(c, dict)
                                     and c.get("type") in KEPT_CONDITIONS]
+    for name, part in pod.items():
+        if name == "metadata" and isinstance(part, dict):
+            for field, value in part.items():
+                if field not in _UNIQUE_METADATA:
+                    _share_strings(part, field, value)
+        else:
+            _share_strings(pod, name, part)
     return pod
+
+
+def _share_strings(parent: Any, at: Any, value: Any) -> None:
+    """Short strings in ``value`` (``parent[at]``) replaced by one shared copy: Pods of one
+    template repeat the same namespace, image, labels, tolerations and phase, and JSON
+    decoding gives each its own copy (about 1 kB a Pod)."""
+    if type(value) is str:
+        if len(value) <= _SHARED_MAX_LENGTH:
+            parent[at] = sys.intern(value)
+    elif type(value) is dict:
+        for key, item in value.items():
+            _share_strings(value, key, item)
+    elif type(value) is list:
+        for index, item in enumerate(value):
+            _share_strings(value, index, item)

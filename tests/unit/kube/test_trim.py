@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import random
 from typing import Any
 
@@ -90,3 +91,13 @@ def test_trimming_any_shape_never_raises_and_keeps_what_it_does_not_know() -> No
                 assert trimmed[part] == value
             elif "other" in value:
                 assert trimmed[part]["other"] == 1
+
+
+def test_pods_of_one_template_share_their_repeated_strings() -> None:
+    first, second = (trim_pod(json.loads(json.dumps(running_pod()))) for _ in range(2))
+    assert first == second == trim_pod(running_pod())
+    assert first["metadata"]["namespace"] is second["metadata"]["namespace"]
+    assert first["spec"]["containers"][0]["image"] is second["spec"]["containers"][0]["image"]
+    assert first["spec"]["tolerations"][0]["key"] is second["spec"]["tolerations"][0]["key"]
+    assert first["status"]["phase"] is second["status"]["phase"]
+    assert first["metadata"]["labels"]["app"] is second["metadata"]["labels"]["app"]
