@@ -13,7 +13,7 @@ import sys
 import uvloop
 from pydantic import ValidationError
 
-from sunk import kube, leader, metrics, policywatch
+from sunk import heap, kube, leader, metrics, policywatch
 from sunk.hooks import create_hooks_app
 from sunk.policy import PolicyLoadError, PolicyStore
 from sunk.profiling import OnDemandProfiler
@@ -98,6 +98,7 @@ async def run(settings: Settings) -> None:
             tasks.create_task(serve(metrics_app(), settings.metrics_bind_address))
             metrics.watch_gc()
             tasks.create_task(metrics.watch_loop_lag())
+            tasks.create_task(heap.FreezeSurvivors().run())
             if election is not None:
                 # A standby serves probes and metrics only; the leader does everything else.
                 # A label left by an earlier run of this Pod must not route hooks here.
