@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
-from sunk import jobpoll
+from sunk import heap, jobpoll
 from sunk.cluster import Cluster
 from sunk.decide import FAILED_LAUNCH_HOLDS
 from sunk.slurm.client import SlurmClient, SlurmError
@@ -82,6 +82,8 @@ class SlurmWatch:
                 delay = min(30.0, delay * 2)
         for job in listed:
             self.learn(job)
+        del listed
+        heap.give_back_free_memory()  # the listing was every job in full
         log.info("adopted %d jobs of ours from Slurm", len(self.jobs))
 
     async def relist(self) -> None:
@@ -99,6 +101,8 @@ class SlurmWatch:
         for job in listed:
             if (who := self.learn(job)) is not None:
                 self.wake(who)
+        del listed
+        heap.give_back_free_memory()
         log.info("Slurm came back: %d jobs of ours", len(self.jobs))
 
     def _forget(self, job_id: int) -> None:

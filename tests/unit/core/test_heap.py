@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import gc
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +56,25 @@ def test_everything_is_unfrozen_once_per_refresh_and_cycles_are_collected() -> N
     heap.check()
     assert gc.get_freeze_count() == 0
     assert gc.collect() >= 1, "the cycle is collected once unfrozen"
+
+
+SCENARIO = """
+import logging, sys
+from sunk.heap import give_back_free_memory
+logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+listing, kept = [], []
+for _ in range(800):  # 50 MiB in pieces, what is kept in between: the heap keeps it
+    listing.append(bytes(64 * 1024))
+    kept.append(bytes(1024))
+del listing
+give_back_free_memory()
+"""
+
+
+def test_freed_memory_is_given_back_after_a_big_read() -> None:
+    """In a fresh interpreter: the heap of a test run is too busy to measure."""
+    ran = subprocess.run([sys.executable, "-c", SCENARIO], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[3])
+    found = re.fullmatch(r"gave back (\d+) MiB of freed memory\n", ran.stdout)
+    assert found is not None, ran.stdout + ran.stderr
+    assert int(found[1]) >= 30
