@@ -181,10 +181,14 @@ async def run(tb: cluster.Testbed, running: RunningScheduler, steps: list[int], 
                     idle = await _idle(running, quiet, Path(
                         f"/tmp/sunk-scheduler-idle-{total}.prof") if profile else None)
                     print(f"scale: {total} jobs: idle {idle}; probing ...", file=sys.stderr)
+                    if total == plan[-1][0]:  # the top, nothing changing: the dashboard
+                        figures["dashboard"] = await _dashboard(running)
                     figures["steps"].append({"jobs": total, "fill": fill, "idle": idle,
                                              "probe": await _probe(kube, watch, running,
                                                                    total, probe)})
-                figures["dashboard"] = await _dashboard(running)
+                # again right after the probe: its Pods gone, Slurm starts pending jobs on
+                # the nodes they leave, and the scheduler binds them while it answers
+                figures["dashboard_busy"] = await _dashboard(running)
                 print("scale: restarting the scheduler ...", file=sys.stderr)
                 offset = log_offset(running.log)
                 running.stop()
@@ -267,20 +271,29 @@ def render(figures: dict[str, Any]) -> str:
                   f"30 s), {r['adopted']} jobs adopted, RSS {r['rss_mib']:.0f} MiB after; "
                   f"a probe right after: started-to-bound p99 "
                   f"{r['probe']['started_to_bound']['p99']:.3f} s."]
-    if "dashboard" in figures:
-        d = figures["dashboard"]
-        lines += [f"- Dashboard Pods page (first 100 rows of all Pods) at the top: "
+    for key, when in (("dashboard", "at the top with nothing changing (after the idle "
+                                    "window)"),
+                      ("dashboard_busy", "right after the probe at the top, while Slurm starts "
+                                         "pending jobs on the nodes its Pods left")):
+        if key not in figures:
+            continue
+        d = figures[key]
+        lines += [f"- Dashboard Pods page (first 100 rows of all Pods) {when}: "
                   f"p50 {1000 * d['seconds']['p50']:.0f} ms, p99 "
                   f"{1000 * d['seconds']['p99']:.0f} ms over {d['runs']} requests "
                   f"({d['bytes']:,} bytes; target 200 ms)."]
-        for when, title in (("pauses_meanwhile", "while it was timed"),
-                            ("pauses_since_start", "over the whole run")):
-            p = d.get(when) or {}
-            gc_full, lag = p.get("gc_full"), p.get("loop_lag")
-            if gc_full and lag:
-                lines.append(
-                    f"- The scheduler's pauses {title}: {gc_full['count']:.0f} full garbage "
-                    f"collections ({gc_full['seconds']:.2f} s, {gc_full['over_0.1s']:.0f} over "
-                    f"100 ms); event loop late by more than 100 ms {lag['over_0.1s']:.0f} times, "
-                    f"by more than 250 ms {lag['over_0.25s']:.0f} times.")
+        lines += _pauses(d.get("pauses_meanwhile") or {}, "  - meanwhile")
+    last = figures.get("dashboard_busy") or figures.get("dashboard") or {}
+    lines += _pauses(last.get("pauses_since_start") or {},
+                     "- The scheduler's pauses over the whole run")
     return "\n".join(lines)
+
+
+def _pauses(p: dict[str, Any], title: str) -> list[str]:
+    gc_full, lag = p.get("gc_full"), p.get("loop_lag")
+    if not (gc_full and lag):
+        return []
+    return [f"{title}: {gc_full['count']:.0f} full garbage collections "
+            f"({gc_full['seconds']:.2f} s, {gc_full['over_0.1s']:.0f} over 100 ms); the event "
+            f"loop late by more than 100 ms {lag['over_0.1s']:.0f} times, by more than 250 ms "
+            f"{lag['over_0.25s']:.0f} times."]
