@@ -15,9 +15,9 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 import httpx
@@ -30,6 +30,7 @@ log = logging.getLogger("sunk.kube")
 
 Obj = dict[str, Any]
 Params = Mapping[str, str]
+T = TypeVar("T")
 
 #: What the HTTP stack raises when the API server cannot be reached or drops the connection
 #: (httpx's errors, aiohttp's and the OS's can surface from the transport; TimeoutError is an
@@ -47,6 +48,36 @@ _HEADERS_JSON = {**_HEADERS, "Content-Type": "application/json"}
 
 _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
+
+
+class Listing(msgspec.Struct):
+    """A list call's answer: its metadata (``resourceVersion``), and each item as JSON."""
+
+    metadata: dict[str, Any] = {}
+    items: list[msgspec.Raw] | None = None
+
+
+_decode_listing = msgspec.json.Decoder(Listing).decode
+
+
+def _decoded(response: httpx.Response, decode: Callable[[bytes], T]) -> T:
+    """The answer decoded; an error answer, or one that is not a JSON object, raises
+    KubeError with its status (and the server's message)."""
+    where = f"{response.request.method} {response.request.url.path}"
+    if response.is_error:
+        raise KubeError(f"{where}: {response.status_code} {_message(response)}",
+                        status=response.status_code)
+    try:
+        body = decode(response.content)
+    except msgspec.ValidationError as exc:  # JSON, but not a list call's answer
+        raise KubeError(f"{where}: the answer is not a list: {exc}",
+                        status=response.status_code) from exc
+    except msgspec.DecodeError as exc:
+        raise KubeError(f"{where}: the answer is not JSON: {exc}",
+                        status=response.status_code) from exc
+    if not isinstance(body, dict | Listing):
+        raise KubeError(f"{where}: the answer is not an object", status=response.status_code)
+    return body
 
 
 class KubeError(Exception):
@@ -213,21 +244,18 @@ class Client:
         and the server's message."""
         response = await self.send(method, url, namespace=namespace, version=version,
                                    params=params, json=json, headers=headers)
-        where = f"{method} {response.request.url.path}"
-        if response.is_error:
-            raise KubeError(f"{where}: {response.status_code} {_message(response)}",
-                            status=response.status_code)
-        if not response.content:
+        if not response.content and not response.is_error:
             return {}
-        try:
-            body = _decode(response.content)
-        except msgspec.DecodeError as exc:
-            raise KubeError(f"{where}: the answer is not JSON: {exc}",
-                            status=response.status_code) from exc
-        if not isinstance(body, dict):
-            raise KubeError(f"{where}: the answer is not an object",
-                            status=response.status_code)
-        return body
+        return _decoded(response, _decode)
+
+    async def list(self, url: str, *, namespace: str | None = None, version: str = "v1",
+                   params: Params | None = None) -> Listing:
+        """A list call, its items left as JSON: the caller decodes them one at a time. A list
+        of 11,000 Pods decoded whole took about 130 MB at once before the Pod cache trimmed
+        them, and the freed pieces kept the scheduler's memory that high after a restart."""
+        response = await self.send("GET", url, namespace=namespace, version=version,
+                                   params=params)
+        return _decoded(response, _decode_listing)
 
     @contextlib.asynccontextmanager
     async def watch_lines(self, url: str, *, namespace: str | None = None,

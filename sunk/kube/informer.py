@@ -89,9 +89,14 @@ class Informer:
                 await result
 
     async def _list(self) -> str:
-        body = await self.api.request("GET", self.resource, namespace=self.namespace,
+        listing = await self.api.list(self.resource, namespace=self.namespace,
                                       version=self.version, params=self.params)
-        fresh = {key(o): self.trim(o) for o in body.get("items") or []}
+        fresh: dict[str, Obj] = {}
+        for raw in listing.items or ():  # one at a time: each trimmed before the next is read
+            obj = _decode(raw)
+            if isinstance(obj, dict):
+                obj = self.trim(obj)
+                fresh[key(obj)] = obj
         gone = [o for k, o in self.cache.items() if k not in fresh]
         self.cache = fresh
         self.generation += 1
@@ -102,7 +107,7 @@ class Informer:
                 await asyncio.sleep(0)
         self.synced.set()
         self.healthy, self.last_error = True, ""
-        self.resource_version = str(body["metadata"]["resourceVersion"])
+        self.resource_version = str(listing.metadata["resourceVersion"])
         return self.resource_version
 
     async def _watch(self, since: str) -> None:

@@ -265,3 +265,28 @@ async def test_a_burst_of_events_lets_the_rest_of_the_loop_run_and_each_is_trimm
     assert all(o["spec"] == {"keep": n} for n, o in enumerate(
         informer.cache[f"ns/p{n}"] for n in range(64)))
     await api.aclose()
+
+
+async def test_a_listing_is_read_item_by_item_and_an_item_that_is_no_object_is_skipped(
+        running: Callable[[kube.Informer], None]) -> None:
+    listed = httpx.Response(200, json={"kind": "List", "metadata": {"resourceVersion": "10"},
+                                       "items": [obj("a", "1"), "garbled", obj("b", "2")]})
+    server = FakeServer(listed, never)
+    api = client(server)
+    informer = kube.Informer(api, "pods")
+    running(informer)
+    await server.wait_for(2)
+    assert sorted(informer.cache) == ["ns/a", "ns/b"]
+    assert informer.resource_version == "10"
+    await api.aclose()
+
+
+async def test_a_listing_that_is_not_a_list_is_an_error() -> None:
+    api = client(FakeServer(httpx.Response(200, json={"metadata": {}, "items": {"a": 1}}),
+                            httpx.Response(200, json=["not", "an", "object"]),
+                            httpx.Response(200, text="<html>a proxy's page</html>"),
+                            status(403, "forbidden")))
+    for expected in ("not a list", "not a list", "not JSON", "403 forbidden"):
+        with pytest.raises(kube.KubeError, match=expected):
+            await api.list("pods")
+    await api.aclose()
