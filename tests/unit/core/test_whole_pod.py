@@ -68,7 +68,8 @@ async def bed(tmp_path: Path) -> AsyncIterator[tuple[Bed, Scheduler]]:
 async def test_a_policy_reads_a_field_the_cache_drops(bed: tuple[Bed, Scheduler]) -> None:
     made, scheduler = bed
     made.add_pod(with_host_path())
-    assert "volumes" not in made.cluster.pod("ns/p")["spec"], "the cache keeps it trimmed"
+    cached = made.cluster.pod("ns/p")
+    assert cached is not None and "volumes" not in cached["spec"], "the cache keeps it trimmed"
     await scheduler.reconcile("ns/p")
     assert made.slurm.calls("POST", SUBMIT) == [], "denied on the whole Pod"
     assert made.kube.calls("GET", POD_PATH) == [], "kept from its event: not read again"
