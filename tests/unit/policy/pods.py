@@ -1,8 +1,9 @@
-"""Pods as plain data, for the policy tests."""
+"""Pods and policy documents as plain data, for the policy tests."""
 
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,17 @@ REPOSITORY = Path(__file__).resolve().parents[3]
 POLICIES = REPOSITORY / "policies"
 EXAMPLES = POLICIES / "examples"
 PREFIX = "sunk.coreweave.com/"
+
+
+def policy(name: str = "test", /, **spec: Any) -> str:
+    """A policy document as YAML (JSON is YAML), from spec fields in camelCase."""
+    document = {
+        "apiVersion": "sunk.coreweave.com/v1alpha1",
+        "kind": "SchedulingPolicy",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+    return json.dumps(document)
 
 
 def container(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import textwrap
 from typing import Any
@@ -13,18 +12,7 @@ from prometheus_client import REGISTRY
 from sunk.policy import POLICY_ERROR_REASON, PolicyEngine, load_sources
 from sunk.policy.compiled import MAX_MESSAGE_LENGTH
 
-from .pods import pod
-
-
-def policy(name: str = "test", /, **spec: Any) -> str:
-    """A policy document as YAML (JSON is YAML), from spec fields in camelCase."""
-    document = {
-        "apiVersion": "sunk.coreweave.com/v1alpha1",
-        "kind": "SchedulingPolicy",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-    return json.dumps(document)
+from .pods import pod, policy
 
 
 def engine(*documents: str, settings: dict[str, Any] | None = None) -> PolicyEngine:

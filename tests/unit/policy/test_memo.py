@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import random
 from collections.abc import Iterator
@@ -16,17 +15,7 @@ from sunk.policy import PolicyEngine, load_sources
 from sunk.policy.compiled import CompiledPolicy
 from sunk.policy.memo import MAX_DEPTH, KeyMaker, Memo
 
-from .pods import container, pod, realistic_pod
-
-
-def policy(name: str = "test", /, **spec: Any) -> str:
-    document = {
-        "apiVersion": "sunk.coreweave.com/v1alpha1",
-        "kind": "SchedulingPolicy",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-    return json.dumps(document)
+from .pods import container, pod, policy, realistic_pod
 
 
 def engine(*documents: str, memo_size: int = 1024) -> PolicyEngine:
