@@ -243,14 +243,19 @@ class Cluster:
     async def whole_pod(self, pod: kube.Obj) -> kube.Obj | None:
         """``pod`` with every field (the cache's copy is trimmed), for its policies: kept from
         its last event while it waits for a job, else read again from the API server. None
-        if the API server's Pod of that name is no longer this one (another uid)."""
+        if the API server no longer has this Pod (gone, or another of the same name)."""
         meta = pod["metadata"]
         whole = self._whole.get(kube.key(pod))
         found: Any = _decode(whole) if whole is not None else None
         if not _same_pod(found, meta):
             # A Pod that had a job and needs another: rare enough for one more read.
-            found = await self.api.request("GET", f"pods/{meta['name']}",
-                                           namespace=meta.get("namespace"))
+            try:
+                found = await self.api.request("GET", f"pods/{meta['name']}",
+                                               namespace=meta.get("namespace"))
+            except kube.KubeError as exc:
+                if exc.status == 404:  # deleted meanwhile: its DELETED event follows
+                    return None
+                raise
             if not _same_pod(found, meta):
                 return None
             found["metadata"].pop("managedFields", None)

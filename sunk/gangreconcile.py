@@ -117,8 +117,8 @@ class GangReconciler:
             if namespace is None:
                 raise RetryLater(f"namespace {pod['metadata']['namespace']} not seen yet")
             whole = await self.cluster.whole_pod(pod)
-            if whole is None:  # replaced by a Pod of the same name: its own events follow
-                raise RetryLater(f"pod {kube.key(pod)} was replaced while read")
+            if whole is None:  # gone, or replaced by a Pod of that name: its events follow
+                raise RetryLater(f"pod {kube.key(pod)} is gone or was replaced")
             decision = self.policies.evaluate(whole, namespace)
             actions = podplan.plan_submission(
                 pod, decision, self.cluster.snapshot(), self.translate_settings,

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from sunk.kube import KubeError
 from sunk.policy.loader import PolicyStore
 from sunk.scheduler import Scheduler
 from tests.unit.core import stand_ins
@@ -116,3 +117,8 @@ async def test_a_pod_with_a_job_is_read_whole_from_the_api_server(
     assert whole is not None and whole["spec"]["volumes"][0]["hostPath"] == {"path": "/data"}
     made.kube.routes[("GET", POD_PATH)] = answer(200, with_host_path(uid="a-new-pod"))
     assert await made.cluster.whole_pod(cached) is None, "another Pod of that name"
+    made.kube.routes[("GET", POD_PATH)] = answer(404, {"kind": "Status", "code": 404})
+    assert await made.cluster.whole_pod(cached) is None, "deleted meanwhile"
+    made.kube.routes[("GET", POD_PATH)] = answer(500, {"kind": "Status", "code": 500})
+    with pytest.raises(KubeError):
+        await made.cluster.whole_pod(cached)
