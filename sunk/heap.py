@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import gc
 import logging
 import time
@@ -68,8 +67,9 @@ def give_back_free_memory() -> None:
     a run that never read it. ``malloc_trim(0)`` hands back the free pages. Elsewhere (another
     C library) this does nothing.
     """
-    name = ctypes.util.find_library("c")
-    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    # The process's own symbols (libc among them): find_library would run ldconfig in a
+    # subprocess, on the event loop.
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
     if trim is None:
         return
     before = _resident_mib()
