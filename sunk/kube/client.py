@@ -1,12 +1,11 @@
 """One connection pool to the Kubernetes API server, on aiohttp's connections.
 
-The seam is built on httpx's requests and a transport directly rather than on kr8s's ``Api``:
-kr8s makes its own httpx session, which can be swapped only through its private attributes,
-and httpcore's pool and TLS layers cost about twice the CPU per call of aiohttp's; httpx's
-client layers above the transport cost a third more again (:mod:`sunk.http`; the scheduler is
-CPU-bound on its calls). kr8s is kept for what it does well and publicly: reading a kubeconfig
-or the in-cluster service account into credentials (``Api.auth``). The API server never
-redirects a resource path, so no redirect is followed.
+The seam is built on aiohttp directly (:mod:`sunk.http`) rather than on kr8s's ``Api``: kr8s
+makes its own httpx session, which can be swapped only through its private attributes, and
+httpx's request and response objects cost as much CPU per call as aiohttp's own work (the
+scheduler is CPU-bound on its calls). kr8s is kept for what it does well and publicly: reading a
+kubeconfig or the in-cluster service account into credentials (``Api.auth``). The API server
+never redirects a resource path, so no redirect is followed.
 """
 
 from __future__ import annotations
@@ -33,15 +32,15 @@ Params = Mapping[str, str]
 T = TypeVar("T")
 
 #: What the HTTP stack raises when the API server cannot be reached or drops the connection
-#: (httpx's errors, aiohttp's and the OS's can surface from the transport; TimeoutError is an
+#: (aiohttp's errors and the OS's; httpx's from the transports tests use; TimeoutError is an
 #: OSError).
 UNREACHABLE = (httpx.HTTPError, OSError, aiohttp.ClientError)
 
 #: A call waits at most this long for an answer; the API server gives up on its own after 60 s
 #: (``--request-timeout``), so this only catches a connection that went silent.
-TIMEOUT = httpx.Timeout(70.0, connect=10.0)
+TIMEOUT = http.Timeout(read=70.0, connect=10.0)
 #: A watch may stay silent for minutes (the server ends it after ``timeoutSeconds``).
-WATCH_TIMEOUT = httpx.Timeout(None, connect=10.0)
+WATCH_TIMEOUT = http.Timeout(read=None, connect=10.0)
 
 _HEADERS = {"Accept": "application/json", "User-Agent": "sunk"}
 _HEADERS_JSON = {**_HEADERS, "Content-Type": "application/json"}
@@ -60,23 +59,22 @@ class Listing(msgspec.Struct):
 _decode_listing = msgspec.json.Decoder(Listing).decode
 
 
-def _decoded(response: httpx.Response, decode: Callable[[bytes], T]) -> T:
+def _decoded(answer: http.Answer, decode: Callable[[bytes], T]) -> T:
     """The answer decoded; an error answer, or one that is not a JSON object, raises
     KubeError with its status (and the server's message)."""
-    where = f"{response.request.method} {response.request.url.path}"
-    if response.is_error:
-        raise KubeError(f"{where}: {response.status_code} {_message(response)}",
-                        status=response.status_code)
+    where = f"{answer.method} {answer.path}"
+    if answer.is_error:
+        message = _message(answer.status, answer.reason, answer.body)
+        raise KubeError(f"{where}: {answer.status} {message}", status=answer.status)
     try:
-        body = decode(response.content)
+        body = decode(answer.body)
     except msgspec.ValidationError as exc:  # JSON, but not a list call's answer
         raise KubeError(f"{where}: the answer is not a list: {exc}",
-                        status=response.status_code) from exc
+                        status=answer.status) from exc
     except msgspec.DecodeError as exc:
-        raise KubeError(f"{where}: the answer is not JSON: {exc}",
-                        status=response.status_code) from exc
+        raise KubeError(f"{where}: the answer is not JSON: {exc}", status=answer.status) from exc
     if not isinstance(body, dict | Listing):
-        raise KubeError(f"{where}: the answer is not an object", status=response.status_code)
+        raise KubeError(f"{where}: the answer is not an object", status=answer.status)
     return body
 
 
@@ -139,21 +137,21 @@ def resource(path: str) -> str:
     return parts[0] + (f"/{parts[2]}" if len(parts) >= 3 else "")
 
 
-def _message(response: httpx.Response) -> str:
+def _message(status: int, reason: str, content: bytes) -> str:
     """The ``message`` of a Kubernetes Status body, or what the body says otherwise."""
     try:
-        body = _decode(response.content)
+        body = _decode(content)
     except msgspec.DecodeError:
         body = None
     if isinstance(body, dict) and isinstance(body.get("message"), str):
         return str(body["message"])
-    return response.text[:500] or response.reason_phrase or f"HTTP {response.status_code}"
+    return content.decode("utf-8", "replace")[:500] or reason or f"HTTP {status}"
 
 
-async def _lines(response: httpx.Response, path: str) -> AsyncIterator[str]:
-    """The response's lines; a stream that breaks raises KubeError with status 0."""
+async def _lines(streamed: http.Streamed, path: str) -> AsyncIterator[str]:
+    """The answer's lines; a stream that breaks raises KubeError with status 0."""
     try:
-        async for line in response.aiter_lines():
+        async for line in streamed.lines():
             yield line
     except UNREACHABLE as exc:
         raise KubeError(f"watch {path}: the stream broke: {exc!r}") from exc
@@ -166,21 +164,22 @@ class Client:
     def __init__(self, credentials: Credentials, *,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         #: Tests pass an ``httpx.MockTransport``; otherwise aiohttp's connections are used.
-        self.credentials, self._transport = credentials, transport
-        self._session: httpx.AsyncBaseTransport | None = None
+        self.credentials = credentials
+        self._transport = http.HttpxTransport(transport) if transport is not None else None
+        self._session: http.Transport | None = None
         #: Pools replaced by a re-authentication; a watch may still read from one.
-        self._retired: list[httpx.AsyncBaseTransport] = []
+        self._retired: list[http.Transport] = []
         self._renewals = 0
         self._renewing = asyncio.Lock()
 
-    async def _new_session(self) -> httpx.AsyncBaseTransport:
+    async def _new_session(self) -> http.Transport:
         if self._transport is not None:
             return self._transport
-        return http.transport(self.credentials.server,
-                              verify=await self.credentials.ssl_context(),
-                              proxy=self.credentials.proxy)
+        return http.AiohttpTransport(self.credentials.server,
+                                     verify=await self.credentials.ssl_context(),
+                                     proxy=self.credentials.proxy)
 
-    async def _current(self) -> tuple[httpx.AsyncBaseTransport, int]:
+    async def _current(self) -> tuple[http.Transport, int]:
         if self._session is None:
             async with self._renewing:
                 if self._session is None:
@@ -202,35 +201,38 @@ class Client:
             self._session = await self._new_session()
             self._renewals += 1
 
-    def _build(self, method: str, path: str, *, params: Params | None,
-               json: Mapping[str, object] | None, headers: Mapping[str, str] | None,
-               timeout: httpx.Timeout) -> httpx.Request:
-        sent = httpx.Headers(_HEADERS_JSON if json is not None else _HEADERS)
+    def _headers(self, json: bool, headers: Mapping[str, str] | None) -> dict[str, str]:
+        sent = dict(_HEADERS_JSON if json else _HEADERS)
         if self.credentials.token:
             sent["Authorization"] = f"Bearer {self.credentials.token}"
-        if headers:
-            sent.update(headers)  # case-insensitive: a caller's Content-Type replaces ours
-        return http.request(method, self.credentials.server.rstrip("/") + path, params=params,
-                            headers=sent, timeout=timeout,
-                            content=_encode(json) if json is not None else None,
-                            sni_hostname=self.credentials.tls_server_name)
+        if headers:  # a caller's header replaces ours of the same name, whatever its case
+            given = {name.lower() for name in headers}
+            sent = {k: v for k, v in sent.items() if k.lower() not in given}
+            sent.update(headers)
+        return sent
+
+    def _url(self, path: str, params: Params | None) -> str:
+        return http.with_query(self.credentials.server.rstrip("/") + path, params)
 
     async def send(self, method: str, url: str, *, namespace: str | None = None,
                    version: str = "v1", params: Params | None = None,
                    json: Mapping[str, object] | None = None,
-                   headers: Mapping[str, str] | None = None) -> httpx.Response:
+                   headers: Mapping[str, str] | None = None) -> http.Answer:
         """One call, its answer read whatever its status (for callers that judge the status
         themselves). Raises KubeError with status 0 if the server cannot be reached."""
         path = api_path(url, namespace=namespace, version=version)
         metrics.KUBE_REQUESTS.labels(method, resource(path)).inc()
+        target = self._url(path, params)
+        body = _encode(json) if json is not None else None
         try:
             for attempt in (1, 2):
                 session, seen = await self._current()
-                request = self._build(method, path, params=params, json=json,
-                                      headers=headers, timeout=TIMEOUT)
-                response = await http.send(session, request)
-                if response.status_code != 401 or attempt == 2:
-                    return response
+                answer = await session.call(
+                    method, target, headers=self._headers(json is not None, headers),
+                    body=body, timeouts=TIMEOUT,
+                    server_hostname=self.credentials.tls_server_name)
+                if answer.status != 401 or attempt == 2:
+                    return answer
                 await self._reauthenticate(seen)
         except UNREACHABLE as exc:  # the API server is down, restarting or out of reach
             raise KubeError(f"{method} {path}: {exc!r}") from exc
@@ -242,20 +244,20 @@ class Client:
                       headers: Mapping[str, str] | None = None) -> Obj:
         """One call and its decoded answer; an error answer raises KubeError with its status
         and the server's message."""
-        response = await self.send(method, url, namespace=namespace, version=version,
-                                   params=params, json=json, headers=headers)
-        if not response.content and not response.is_error:
+        answer = await self.send(method, url, namespace=namespace, version=version,
+                                 params=params, json=json, headers=headers)
+        if not answer.body and not answer.is_error:
             return {}
-        return _decoded(response, _decode)
+        return _decoded(answer, _decode)
 
     async def list(self, url: str, *, namespace: str | None = None, version: str = "v1",
                    params: Params | None = None) -> Listing:
         """A list call, its items left as JSON: the caller decodes them one at a time. A list
         of 11,000 Pods decoded whole took about 130 MB at once before the Pod cache trimmed
         them, and the freed pieces kept the scheduler's memory that high after a restart."""
-        response = await self.send("GET", url, namespace=namespace, version=version,
-                                   params=params)
-        return _decoded(response, _decode_listing)
+        answer = await self.send("GET", url, namespace=namespace, version=version,
+                                 params=params)
+        return _decoded(answer, _decode_listing)
 
     @contextlib.asynccontextmanager
     async def watch_lines(self, url: str, *, namespace: str | None = None,
@@ -265,26 +267,29 @@ class Client:
         raises KubeError with its status; a dropped stream raises KubeError with status 0."""
         path = api_path(url, namespace=namespace, version=version)
         metrics.KUBE_REQUESTS.labels("WATCH", resource(path)).inc()
+        target = self._url(path, params)
         async with contextlib.AsyncExitStack() as stack:
             try:
                 for attempt in (1, 2):
                     session, seen = await self._current()
-                    request = self._build("GET", path, params=params, json=None,
-                                          headers=None, timeout=WATCH_TIMEOUT)
-                    response = await http.send(session, request, stream=True)
-                    stack.push_async_callback(response.aclose)
-                    if response.status_code != 401 or attempt == 2:
+                    answer = contextlib.AsyncExitStack()
+                    streamed = await answer.enter_async_context(session.stream(
+                        "GET", target, headers=self._headers(False, None),
+                        timeouts=WATCH_TIMEOUT,
+                        server_hostname=self.credentials.tls_server_name))
+                    if streamed.status != 401 or attempt == 2:
+                        stack.push_async_exit(answer)
                         break
-                    await response.aclose()
+                    await answer.aclose()
                     await self._reauthenticate(seen)
-                if response.is_error:
-                    await response.aread()
+                error = await streamed.read() if streamed.status >= 400 else None
             except UNREACHABLE as exc:
                 raise KubeError(f"watch {path}: {exc!r}") from exc
-            if response.is_error:
-                raise KubeError(f"watch {path}: {response.status_code} {_message(response)}",
-                                status=response.status_code)
-            yield _lines(response, path)
+            if error is not None:
+                raise KubeError(f"watch {path}: {streamed.status} "
+                                f"{_message(streamed.status, '', error)}",
+                                status=streamed.status)
+            yield _lines(streamed, path)
 
     async def aclose(self) -> None:
         """Close every connection (before the event loop ends)."""

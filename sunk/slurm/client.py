@@ -67,13 +67,13 @@ def _record(job: Any) -> dict[str, Any]:
 _Listing = TypeVar("_Listing", _JobStates, _JobListing)
 
 
-def _typed(r: httpx.Response, decode: Callable[[bytes], _Listing]) -> _Listing | None:
+def _typed(r: http.Answer, decode: Callable[[bytes], _Listing]) -> _Listing | None:
     """A listing read into typed records; None if it failed, says errors or has anything odd
     in it (then it is read as plain JSON, field by field, or its error raised)."""
-    if r.status_code >= 400:
+    if r.is_error:
         return None
     try:
-        listing = decode(r.content)
+        listing = decode(r.body)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
     return None if listing.errors else listing
@@ -136,16 +136,17 @@ class SlurmClient:
         self._token = token
         self._user = user
         self._base = base_url.rstrip("/") + f"/slurm/{version}"
-        self._timeout = httpx.Timeout(timeout)
-        # httpx's requests on aiohttp's connections, with no httpx client between
-        # (sunk.http): the scheduler is CPU-bound on its calls.
-        self._http = transport or http.transport(base_url, connections=16)
+        self._timeout = http.Timeout(read=timeout, connect=timeout)
+        # aiohttp's connections, called directly (sunk.http): the scheduler is CPU-bound on
+        # its calls. Tests hand in an httpx transport.
+        self._http: http.Transport = (http.HttpxTransport(transport) if transport is not None
+                                      else http.AiohttpTransport(base_url, connections=16))
 
     async def aclose(self) -> None:
         await self._http.aclose()
 
     async def _request(self, method: str, path: str, call: str,
-                       json: dict[str, Any] | None = None) -> httpx.Response:
+                       json: dict[str, Any] | None = None) -> http.Answer:
         """``call`` names the request for the request counter (``GET /job/{id}``)."""
         metrics.SLURM_REQUESTS.labels(call).inc()
         headers = {"X-SLURM-USER-NAME": self._user, "X-SLURM-USER-TOKEN": self._token(),
@@ -155,29 +156,28 @@ class SlurmClient:
             headers["Content-Type"] = "application/json"
             content = _encode(json)
         try:
-            return await http.send(self._http, http.request(
-                method, self._base + path, headers=headers, content=content,
-                timeout=self._timeout))
+            return await self._http.call(method, self._base + path, headers=headers,
+                                         body=content, timeouts=self._timeout)
         except (httpx.HTTPError, OSError, aiohttp.ClientError) as exc:
             raise SlurmError(f"slurmrestd unreachable: {exc!r}") from exc
 
     @staticmethod
-    def _checked(method: str, path: str, r: httpx.Response) -> dict[str, Any]:
+    def _checked(method: str, path: str, r: http.Answer) -> dict[str, Any]:
         """The answer's body; an error status or listed errors raise SlurmError."""
         try:
-            body = _decode(r.content)
+            body = _decode(r.body)
         except msgspec.DecodeError:
             body = {}
         if not isinstance(body, dict):
             body = {}
         listed = body.get("errors")
         errors = [e for e in listed if isinstance(e, dict)] if isinstance(listed, list) else []
-        if r.status_code >= 400 or errors:
+        if r.is_error or errors:
             said = "; ".join(_error_text(e) for e in errors)
-            message = said or r.text.strip()[:500] or r.reason_phrase
+            message = said or r.text.strip()[:500] or r.reason
             numbers = tuple(n for e in errors if (n := _error_number(e)) is not None)
-            raise SlurmError(f"{method} {path}: {r.status_code} {message}",
-                             status=r.status_code, slurm_message=message, numbers=numbers)
+            raise SlurmError(f"{method} {path}: {r.status} {message}",
+                             status=r.status, slurm_message=message, numbers=numbers)
         return body
 
     async def _call(self, method: str, path: str, call: str,

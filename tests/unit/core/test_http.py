@@ -3,6 +3,8 @@ whole, proxies from the environment as httpx's client took them."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import httpx
 import pytest
 
@@ -27,23 +29,47 @@ def test_the_environment_names_the_proxy_unless_no_proxy_covers_the_host(
 
 
 def test_a_request_carries_its_timeout_and_tls_name() -> None:
-    request = http.request("GET", "https://api.test/x", timeout=httpx.Timeout(7, connect=2),
-                           headers={"A": "b"}, params={"q": "1"}, sni_hostname="kube.local")
+    request = http.request("GET", http.with_query("https://api.test/x", {"q": "1 2"}),
+                           timeout=http.Timeout(read=7, connect=2), headers={"A": "b"},
+                           sni_hostname="kube.local")
     assert request.extensions["timeout"] == {"connect": 2, "read": 7, "write": 7, "pool": 7}
     assert request.extensions["sni_hostname"] == "kube.local"
-    assert str(request.url) == "https://api.test/x?q=1"
+    assert str(request.url) == "https://api.test/x?q=1+2"
     assert "sni_hostname" not in http.request("GET", "https://api.test/x",
-                                              timeout=httpx.Timeout(1), headers={}).extensions
+                                              timeout=http.Timeout(read=1, connect=1),
+                                              headers={}).extensions
 
 
-async def test_the_answer_is_read_whole_and_knows_its_request() -> None:
+async def test_the_answer_is_read_whole_and_knows_its_call() -> None:
     async def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, content=b'{"a": 1}')
+        return httpx.Response(404, content=b'{"a": 1}')
 
-    request = http.request("GET", "https://api.test/x", timeout=httpx.Timeout(1), headers={})
-    response = await http.send(httpx.MockTransport(answer), request)
-    assert response.request is request
-    assert response.content == b'{"a": 1}'
+    got = await http.HttpxTransport(httpx.MockTransport(answer)).call(
+        "GET", "https://api.test/x/y?z=1", headers={}, body=None,
+        timeouts=http.Timeout(read=1, connect=1))
+    assert (got.method, got.path, got.status, got.reason) == ("GET", "/x/y", 404, "Not Found")
+    assert got.body == b'{"a": 1}' and got.is_error and got.text == '{"a": 1}'
+
+
+async def _chunks(*parts: bytes) -> AsyncIterator[bytes]:
+    for part in parts:
+        yield part
+
+
+@pytest.mark.parametrize("parts", [
+    (b'{"a":1}\n{"b":', b'2}\n', b'{"c":3}'),
+    (b'{"a":1}\r\n', b'{"b":2}\n{"c"', b':3}\n'),
+    (b'{"a', b'":1}\n{"b":2}\n{"c":3}\n', b''),
+])
+async def test_lines_are_whole_however_the_chunks_cut_them(parts: tuple[bytes, ...]) -> None:
+    lines = [line async for line in http.split_lines(_chunks(*parts))]
+    assert lines == ['{"a":1}', '{"b":2}', '{"c":3}']
+
+
+async def test_a_line_longer_than_aiohttps_own_limit_is_read_whole() -> None:
+    big = b"x" * 300_000
+    lines = [line async for line in http.split_lines(_chunks(big[:65536], big[65536:] + b"\n"))]
+    assert lines == [big.decode()]
 
 
 async def test_the_api_server_path_follows_the_servers_own_path() -> None:
