@@ -17,7 +17,7 @@ from sunk import heap, kube, leader, metrics, policywatch
 from sunk.hooks import create_hooks_app
 from sunk.policy import PolicyLoadError, PolicyStore
 from sunk.profiling import OnDemandProfiler
-from sunk.servers import metrics_app, probes_app, serve
+from sunk.servers import metrics_app, probes_app, serve, serve_aiohttp
 from sunk.settings import Settings, from_args
 from sunk.slurm.client import SlurmClient
 from sunk.wiring import Parts, assemble
@@ -111,7 +111,7 @@ async def run(settings: Settings) -> None:
             tasks.create_task(built.scheduler.run())
             if built.syncer is not None:
                 tasks.create_task(built.syncer.run())
-            tasks.create_task(serve(
+            tasks.create_task(serve_aiohttp(
                 create_hooks_app(built.hooks, keys=built.executor.keys, locks=built.syncer),
                 settings.hooks_api_bind_address))
             tasks.create_task(watch_policies())

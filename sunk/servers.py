@@ -1,5 +1,6 @@
 """HTTP servers inside the scheduler's event loop: probes and metrics (hooks and dashboard add
-their own apps). Only the web layer imports litestar."""
+their own apps). Litestar apps are served by uvicorn (:func:`serve`); the hook API, which Slurm's
+scripts call twice per Pod, is an aiohttp.web app (:func:`serve_aiohttp`), cheaper per call."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import contextlib
 from collections.abc import Callable, Generator
 
 import uvicorn
+from aiohttp import web
 from litestar import Litestar, MediaType, Response, get
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -38,6 +40,31 @@ async def serve(app: Litestar, bind: str) -> None:
         raise
     if server.started is False and not task.cancelled():
         raise OSError(f"could not serve on {bind} (address in use?)")
+
+
+#: Pending connections the kernel keeps for us (uvicorn's default, which the hook API had).
+BACKLOG = 2048
+
+
+async def serve_aiohttp(app: web.Application, bind: str, *,
+                        shutdown_timeout: float = 60.0) -> None:
+    """Serve an aiohttp.web ``app`` until cancelled, then shut down cleanly: stop listening,
+    let the calls in flight finish (at most ``shutdown_timeout`` seconds, then they are
+    cancelled), run the app's cleanup. No access log, no signal handling of its own; an idle
+    kept-alive connection is closed after 5 s, as uvicorn does."""
+    host, port = parse_bind(bind)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                           shutdown_timeout=shutdown_timeout, keepalive_timeout=5.0)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, backlog=BACKLOG)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise OSError(f"could not serve on {bind} (address in use?)") from exc
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
 
 
 def probes_app(ready: Callable[[], tuple[bool, str]]) -> Litestar:

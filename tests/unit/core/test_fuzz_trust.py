@@ -7,19 +7,19 @@ import asyncio
 import functools
 import json
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import httpx
+from aiohttp import web
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from litestar import Litestar
-from litestar.testing import AsyncTestClient
 
 from sunk import ownership, translate
 from sunk.hookauth import HookKeys, HookRefused, bearer, job_owner
 from sunk.hooks import create_hooks_app
 from sunk.locking import LockState
 from sunk.slurm.client import SlurmClient, SlurmError, _error_text
+from tests.unit.core.hookclient import Answer, hook_server, send_raw
 
 T = TypeVar("T")
 PREFIX = "sunk.coreweave.com/"
@@ -126,6 +126,8 @@ LABELLED: list[tuple[str, int | str | None]] = [
     (f"Bearer {_minted(7, 'retired')}", None),
     ("Bearer sunk-job." + "0" * 64, None), ("Bearer sunk-job.", None), ("Bearer nope", None),
     ("Basic new", None), ("new", None), ("", None), (f"Bearer {_minted(7, 'new')}x", None),
+    # bytes beyond ASCII (a header is bytes: the server must not choke on any of them)
+    ("Bearer n\xe9w", None), ("Bearer sunk-job.\xff\x80", None),
 ]
 
 
@@ -180,7 +182,7 @@ class FakeScheduler:
 
 
 @functools.cache
-def _hooks() -> tuple[Litestar, FakeScheduler]:
+def _hooks() -> tuple[web.Application, FakeScheduler]:
     fake = FakeScheduler()
     return create_hooks_app(fake, keys=HookKeys(lambda: TOKENS), locks=fake), fake
 
@@ -244,18 +246,19 @@ def hook_requests(draw: st.DrawFn) -> tuple[str, str, Any, str | None, str | Non
     return method, path, body, draw(waits), draw(headers)
 
 
-async def _send(client: AsyncTestClient[Litestar], method: str, path: str, body: Any,
-                wait: str | None, authorization: str | None) -> httpx.Response:
-    params = {} if wait is None else {"wait": wait}
-    sent: dict[bytes, bytes] = {}
+async def _send(port: int, method: str, path: str, body: Any, wait: str | None,
+                authorization: str | None) -> Answer:
+    """As bytes on a socket: the header's bytes as drawn (an HTTP client would refuse some)."""
+    target = path if wait is None else f"{path}?{urlencode({'wait': wait})}"
+    sent: list[tuple[bytes, bytes]] = []
     if authorization is not None:
-        sent[b"Authorization"] = authorization.encode("latin-1")
+        sent.append((b"Authorization", authorization.encode("latin-1")))
     if isinstance(body, bytes):
-        return await client.request(method, path, content=body, params=params, headers=sent)
+        return await send_raw(port, method, target, sent, body)
     if body is None:
-        return await client.request(method, path, params=params, headers=sent)
-    return await client.request(method, path, content=json.dumps(body).encode(), params=params,
-                                headers={**sent, b"Content-Type": b"application/json"})
+        return await send_raw(port, method, target, sent)
+    return await send_raw(port, method, target, [*sent, (b"Content-Type", b"application/json")],
+                          json.dumps(body).encode())
 
 
 @settings(max_examples=200, deadline=None,
@@ -264,11 +267,11 @@ async def _send(client: AsyncTestClient[Litestar], method: str, path: str, body:
 async def test_hook_calls_never_crash_and_never_act_without_the_right_credential(
         requests: list[tuple[str, str, Any, str | None, str | None]]) -> None:
     app, fake = _hooks()
-    async with AsyncTestClient(app) as client:
+    async with hook_server(app) as port:
         for method, path, body, wait, authorization in requests:
             fake.calls.clear()
             outages = fake.outages
-            r = await _send(client, method, path, body, wait, authorization)
+            r = await _send(port, method, path, body, wait, authorization)
             authority = _authority(authorization)
             said = (method, path, body, wait, authorization, r.status_code, r.text[:300])
             if r.status_code >= 500:
@@ -293,7 +296,7 @@ async def test_the_fuzzed_hook_api_gives_every_answer() -> None:
     fuzz test checks is reachable with them."""
     app, _ = _hooks()
     seen = set()
-    async with AsyncTestClient(app) as client:
+    async with hook_server(app) as port:
         for request in [
             ("POST", "/hooks/v1/jobs/7/started", {"node": "n1"}, None, LABELLED[3][0]),
             ("POST", "/hooks/v1/jobs/8/started", {"node": "n1"}, None, LABELLED[3][0]),
@@ -304,7 +307,7 @@ async def test_the_fuzzed_hook_api_gives_every_answer() -> None:
             ("POST", "/hooks/v1/nodes/n1/lock", {"job_id": 1}, "x", "Bearer old"),
             ("POST", "/hooks/v1/nodes/n1/lock", {"job_id": 1}, None, "Bearer nope"),
         ]:
-            seen.add((await _send(client, *request)).status_code)
+            seen.add((await _send(port, *request)).status_code)
     assert seen == {200, 400, 401, 403, 404, 409, 503}
 
 

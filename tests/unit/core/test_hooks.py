@@ -8,14 +8,13 @@ from collections.abc import Sequence
 
 import httpx
 import pytest
-from litestar import Litestar
-from litestar.testing import AsyncTestClient
 
 from sunk.hookauth import HookKeys, HookRefused, job_owner
 from sunk.hooks import create_hooks_app
 from sunk.locking import LockState
-from sunk.servers import serve
+from sunk.servers import serve_aiohttp
 from testbed.procs import free_ports
+from tests.unit.core.hookclient import Answer, HookClient, hook_client, port_of, send_raw
 
 NAME = "sched"
 TOKEN = "s3cret"
@@ -91,8 +90,8 @@ class Locks:
         return LockState.LOCKED_STRICT if node == "n1" else None
 
 
-async def call(client: AsyncTestClient[Litestar], method: str, hook: str, job_id: int,
-               headers: dict[str, str]) -> httpx.Response:
+async def call(client: HookClient, method: str, hook: str, job_id: int,
+               headers: dict[str, str]) -> Answer:
     url = f"/hooks/v1/jobs/{job_id}/{hook}"
     if method == "GET":
         return await client.get(url, headers=headers)
@@ -102,7 +101,7 @@ async def call(client: AsyncTestClient[Litestar], method: str, hook: str, job_id
 async def test_the_node_secret_may_call_every_hook_for_any_job() -> None:
     scheduler, locks = Scheduler(), Locks()
     app = create_hooks_app(scheduler, keys=keys(TOKEN), locks=locks)
-    async with AsyncTestClient(app) as client:
+    async with hook_client(app) as client:
         for job_id in JOBS:
             for method, hook in JOB_HOOKS:
                 r = await call(client, method, hook, job_id, AUTH)
@@ -119,7 +118,7 @@ async def test_a_job_credential_calls_the_job_hooks_of_its_own_job_only() -> Non
     scheduler, locks = Scheduler(), Locks()
     app = create_hooks_app(scheduler, keys=keys(TOKEN), locks=locks)
     mine = bearer(credential(7))
-    async with AsyncTestClient(app) as client:
+    async with hook_client(app) as client:
         for method, hook in JOB_HOOKS:
             own = await call(client, method, hook, 7, mine)
             assert own.status_code == 200 and own.json()["pod"] == "ns/p7", (hook, own.text)
@@ -136,7 +135,7 @@ async def test_a_job_credential_calls_the_job_hooks_of_its_own_job_only() -> Non
 async def test_a_job_credential_may_not_lock_a_node() -> None:
     locks = Locks()
     app = create_hooks_app(Scheduler(), keys=keys(TOKEN), locks=locks)
-    async with AsyncTestClient(app) as client:
+    async with hook_client(app) as client:
         r = await client.post(LOCK, json={"job_id": 7, "strict": True},
                               headers=bearer(credential(7)))
     assert r.status_code == 403 and "node secret" in r.json()["detail"]
@@ -151,7 +150,7 @@ async def test_a_missing_or_wrong_credential_is_401(header: str | None) -> None:
     scheduler, locks = Scheduler(), Locks()
     app = create_hooks_app(scheduler, keys=keys(TOKEN), locks=locks)
     headers = {} if header is None else {"Authorization": header}
-    async with AsyncTestClient(app) as client:
+    async with hook_client(app) as client:
         for method, hook in JOB_HOOKS:
             r = await call(client, method, hook, 7, headers)
             assert r.status_code == 401, (hook, r.text)
@@ -166,7 +165,7 @@ async def test_a_forged_job_credential_is_refused() -> None:
     scheduler, locks = Scheduler(), Locks()
     app = create_hooks_app(scheduler, keys=keys(TOKEN), locks=locks)
     forged = bearer("sunk-job." + "0" * 64)
-    async with AsyncTestClient(app) as client:
+    async with hook_client(app) as client:
         for method, hook in JOB_HOOKS:
             r = await call(client, method, hook, 7, forged)
             assert r.status_code == 403, (hook, r.text)
@@ -178,7 +177,7 @@ async def test_a_forged_job_credential_is_refused() -> None:
 async def test_no_configured_secret_refuses_everything() -> None:
     scheduler, locks = Scheduler(), Locks()
     app = create_hooks_app(scheduler, keys=keys(), locks=locks)
-    async with AsyncTestClient(app) as client:
+    async with hook_client(app) as client:
         for headers in (AUTH, bearer(credential(7)), {}):
             r = await client.post("/hooks/v1/jobs/7/terminating", json={"node": "n1"},
                                   headers=headers)
@@ -191,7 +190,7 @@ async def test_no_configured_secret_refuses_everything() -> None:
 async def test_the_schedulers_refusals_reach_the_caller() -> None:
     scheduler, locks = Scheduler(), Locks()
     app = create_hooks_app(scheduler, keys=keys(TOKEN), locks=locks)
-    async with AsyncTestClient(app) as client:
+    async with hook_client(app) as client:
         scheduler.refusal = HookRefused(409, "Slurm runs job 7 on n2, not on n1")
         for method, hook in JOB_HOOKS:
             r = await call(client, method, hook, 7, bearer(credential(7)))
@@ -215,7 +214,7 @@ async def test_a_starting_scheduler_or_a_missing_syncer_says_retry() -> None:
     scheduler = Scheduler()
     scheduler.ready.clear()
     app = create_hooks_app(scheduler, keys=keys(TOKEN))
-    async with AsyncTestClient(app) as client:
+    async with hook_client(app) as client:
         r = await client.post("/hooks/v1/jobs/7/started", json={"node": "n1"}, headers=AUTH)
         assert r.status_code == 503 and r.headers["retry-after"] == "2"
         lock = await client.post(LOCK, json={"job_id": 7}, headers=AUTH)
@@ -229,7 +228,7 @@ async def test_rotation_keeps_old_credentials_and_the_old_node_secret_working() 
     scheduler = Scheduler()
     app = create_hooks_app(scheduler, keys=HookKeys(lambda: tokens), locks=Locks())
     minted_before = credential(7, tokens=["old"])
-    async with AsyncTestClient(app) as client:
+    async with hook_client(app) as client:
         assert (await call(client, "POST", "started", 7, bearer(minted_before))).status_code == 200
         tokens[:] = ["new", "old"]  # the secret file is rotated: read again on every call
         for method, hook in JOB_HOOKS:
@@ -257,7 +256,7 @@ async def test_a_credential_for_another_scheduler_pod_or_secret_is_refused() -> 
         HookKeys(lambda: [TOKEN]).job_credential(job_owner(NAME, "uid-9")),  # another Pod
         credential(7, tokens=["another secret"]),
     ]
-    async with AsyncTestClient(app) as client:
+    async with hook_client(app) as client:
         for other in others:
             for method, hook in JOB_HOOKS:
                 r = await call(client, method, hook, 7, bearer(other))
@@ -268,7 +267,7 @@ async def test_a_credential_for_another_scheduler_pod_or_secret_is_refused() -> 
 
 async def test_bad_input_and_unknown_objects_are_4xx_with_a_message() -> None:
     app = create_hooks_app(Scheduler(), keys=keys(TOKEN), locks=Locks())
-    async with AsyncTestClient(app) as client:
+    async with hook_client(app) as client:
         bad = await client.post("/hooks/v1/jobs/7/terminating", json={"node": "x; rm -rf"},
                                 headers=AUTH)
         assert bad.status_code == 400 and "node" in bad.text
@@ -287,13 +286,84 @@ async def test_bad_input_and_unknown_objects_are_4xx_with_a_message() -> None:
         assert not_a_number.status_code == 404
 
 
+async def test_a_400_says_which_input_and_where_it_was_read() -> None:
+    """The body names the call, and each refused input by name and where it was read."""
+    locks = Locks()
+    app = create_hooks_app(Scheduler(), keys=keys(TOKEN), locks=locks)
+    async with hook_client(app) as client:
+        r = await client.get("/hooks/v1/jobs/0/pod?wait=99", headers=AUTH)
+        assert r.status_code == 400 and r.json() == {
+            "status_code": 400, "detail": "Validation failed for GET /hooks/v1/jobs/0/pod?wait=99",
+            "errors": [{"message": "Expected `int` >= 1", "key": "job_id", "source": "path"},
+                       {"message": "Expected `float` <= 30.0", "key": "wait",
+                        "source": "query"}]}
+        r = await client.post(LOCK, json={"job_id": 0, "strict": "maybe"}, headers=AUTH)
+        assert r.status_code == 400
+        assert [(e["key"], e["message"]) for e in r.json()["errors"]] == [
+            ("job_id", "Input should be greater than or equal to 1"),
+            ("strict", "Input should be a valid boolean, unable to interpret input")]
+        r = await client.post("/hooks/v1/jobs/7/started", content=b"{", headers=AUTH)
+        assert r.status_code == 400 and r.json() == {
+            "status_code": 400, "detail": "Input data was truncated", "errors": None}
+        r = await client.post("/hooks/v1/jobs/7/started", headers=AUTH)
+        assert r.status_code == 400
+        assert r.json()["errors"] == [{"message": "'data'", "key": "data", "source": "body"}]
+        # As lenient as ever: a job id as text or 3.0, "yes" for true.
+        r = await client.post(LOCK, json={"job_id": "3", "strict": "yes"}, headers=AUTH)
+        assert r.status_code == 200 and r.json()["locked"] is True
+        r = await client.post(LOCK, json={"job_id": 4.0}, headers=AUTH)
+        assert r.status_code == 200
+    assert locks.calls == [("n1", 3, True), ("n1", 4, False)]
+
+
+async def test_unknown_routes_and_methods_are_404_and_405() -> None:
+    app = create_hooks_app(Scheduler(), keys=keys(TOKEN), locks=Locks())
+    async with hook_client(app) as client:
+        for path in ("/", "/hooks/v1/jobs/7", "/hooks/v1/jobs/7/other", "/schema/openapi.json"):
+            r = await client.get(path, headers=AUTH)
+            assert r.status_code == 404, path
+            assert r.json() == {"status_code": 404, "detail": "Not Found", "errors": None}
+        r = await client.get("/hooks/v1/jobs/7/started", headers=AUTH)
+        assert r.status_code == 405 and r.headers["allow"] == "POST, OPTIONS"
+        assert r.json()["detail"] == "Method Not Allowed"
+        r = await client.request("DELETE", "/hooks/v1/jobs/7/pod", headers=AUTH)
+        assert r.status_code == 405 and r.headers["allow"] == "GET, OPTIONS"
+        # A trailing or doubled slash is the same route.
+        r = await client.get("/hooks/v1//jobs/7/pod/", headers=AUTH)
+        assert r.status_code == 200 and r.json()["pod"] == "ns/p7"
+
+
+async def test_header_bytes_beyond_ascii_are_refused_not_a_crash() -> None:
+    """A header is bytes, read as Latin-1: no byte makes a credential check fail with 500."""
+    scheduler = Scheduler()
+    app = create_hooks_app(scheduler, keys=keys(TOKEN), locks=Locks())
+    job7 = ("Bearer " + credential(7)).encode()
+    async with hook_client(app) as client:
+        port = port_of(client)
+        for value in (b"Bearer s3cret\xe9", b"Bearer \xff\x80", b"Bearer sunk-job.\xe9"):
+            r = await send_raw(port, "GET", "/hooks/v1/jobs/7/pod", [(b"Authorization", value)])
+            assert r.status_code in (401, 403), (value, r.text)
+        r = await send_raw(port, "GET", "/hooks/v1/jobs/8/pod",
+                           [(b"Authorization", job7), (b"X-Sunk-Pod-Uid", b"uid-7\xe9")])
+        assert r.status_code == 403, r.text
+    assert scheduler.calls == []
+
+
+async def test_serving_on_a_taken_port_says_so() -> None:
+    app = create_hooks_app(Scheduler(), keys=keys(TOKEN))
+    async with hook_client(app) as client:
+        taken = f"127.0.0.1:{port_of(client)}"
+        with pytest.raises(OSError, match=f"could not serve on {taken} \\(address in use"):
+            await serve_aiohttp(create_hooks_app(Scheduler(), keys=keys(TOKEN)), taken)
+
+
 async def test_calls_beyond_the_bound_are_told_to_retry() -> None:
-    """Served for real (the test client handles one request at a time), on loopback."""
+    """Served as the scheduler serves it (``serve_aiohttp``), on loopback, calls at once."""
     scheduler = Scheduler()
     scheduler.block = True
     app = create_hooks_app(scheduler, keys=keys(TOKEN), max_in_flight=2)
     [port] = free_ports(1)
-    server = asyncio.create_task(serve(app, f"127.0.0.1:{port}"))
+    server = asyncio.create_task(serve_aiohttp(app, f"127.0.0.1:{port}"))
     url = f"http://127.0.0.1:{port}/hooks/v1/jobs/7/pod?wait=5"
     try:
         async with httpx.AsyncClient(timeout=10) as client:
@@ -314,6 +384,39 @@ async def test_calls_beyond_the_bound_are_told_to_retry() -> None:
         await asyncio.gather(server, return_exceptions=True)
 
 
+async def test_a_cancelled_server_stops_listening_and_finishes_the_calls_in_flight() -> None:
+    scheduler = Scheduler()
+    scheduler.block = True
+    app = create_hooks_app(scheduler, keys=keys(TOKEN))
+    [port] = free_ports(1)
+    server = asyncio.create_task(serve_aiohttp(app, f"127.0.0.1:{port}"))
+    url = f"http://127.0.0.1:{port}/hooks/v1/jobs/7/pod?wait=5"
+    try:
+        async with httpx.AsyncClient(timeout=10) as client:
+            for _ in range(50):
+                try:
+                    await client.get(url.replace("7/pod?wait=5", "x/pod"), headers=AUTH)
+                    break
+                except httpx.ConnectError:
+                    await asyncio.sleep(0.1)
+            waiting = asyncio.create_task(client.get(url, headers=AUTH))
+            await asyncio.sleep(0.3)
+            server.cancel()
+            await asyncio.sleep(0.3)
+            assert not server.done()  # the call in flight is not cut short
+            async with httpx.AsyncClient(timeout=10) as another:
+                with pytest.raises(httpx.ConnectError):
+                    await another.get(url, headers=AUTH)
+            scheduler.release.set()
+            answered = await waiting
+            assert answered.status_code == 200 and answered.json()["gone"] is True
+            with pytest.raises(asyncio.CancelledError):
+                await server
+    finally:
+        server.cancel()
+        await asyncio.gather(server, return_exceptions=True)
+
+
 async def test_a_job_whose_id_slurm_gave_to_another_pod_is_told_to_let_go_not_refused() -> None:
     """A placeholder whose job Slurm lost finds its id now names another Pod's job: proving
     which Pod it is for (its credential and X-Sunk-Pod-Uid), it gets 404 and releases its node
@@ -321,7 +424,7 @@ async def test_a_job_whose_id_slurm_gave_to_another_pod_is_told_to_let_go_not_re
     scheduler = Scheduler()
     app = create_hooks_app(scheduler, keys=keys(TOKEN))
     mine = bearer(credential(7))
-    async with AsyncTestClient(app) as client:
+    async with hook_client(app) as client:
         for method, hook in JOB_HOOKS:
             lost = await call(client, method, hook, 8, {**mine, "X-Sunk-Pod-Uid": JOBS[7]})
             assert lost.status_code == 404, (hook, lost.text)
