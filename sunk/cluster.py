@@ -23,6 +23,7 @@ import msgspec
 from sunk import fit, gang, kube, locking, placement
 from sunk.assume import AssumeCache
 from sunk.health import Health
+from sunk.inflight import waiting
 from sunk.jobtable import JobTable
 from sunk.nodeindex import NodeIndex
 from sunk.settings import Settings
@@ -331,7 +332,7 @@ class Cluster:
     async def wait_pod_gone(self, uid: str, within: float) -> bool:
         """Whether the Pod ``uid`` is gone within ``within`` seconds."""
         gone = self._gone.setdefault(uid, asyncio.Event())
-        with contextlib.suppress(TimeoutError):
+        with waiting(), contextlib.suppress(TimeoutError):  # a hook's long poll: not at work
             async with asyncio.timeout(within):
                 await gone.wait()
         return gone.is_set()

@@ -20,6 +20,7 @@ from sunk.cluster import Cluster
 from sunk.executor import Executor
 from sunk.hookanswers import answering
 from sunk.hookauth import HookRefused
+from sunk.inflight import waiting
 from sunk.locking import LOCK_KEY, LockState
 from sunk.slurm.client import SlurmClient, SlurmError
 from sunk.slurm.job import member_id
@@ -197,8 +198,9 @@ class Syncer:
                 return state
             changed.clear()
             try:
-                async with asyncio.timeout(left):
-                    await changed.wait()
+                with waiting():  # not counted against the hook API's bound meanwhile
+                    async with asyncio.timeout(left):
+                        await changed.wait()
             except TimeoutError:
                 return self._lock_state(node)
 

@@ -13,6 +13,7 @@ import pytest
 from sunk import kube
 from sunk.hookanswers import HookAnswers, answering
 from sunk.hookauth import HookRefused
+from sunk.inflight import InFlight
 from sunk.slurm.client import SlurmError
 from sunk.slurm.job import PodIdentity, member_id
 from tests.unit.core import stand_ins
@@ -279,6 +280,24 @@ async def test_wait_pod_gone_returns_when_the_deleted_event_arrives(hooks: Hooks
 async def test_wait_pod_gone_says_false_when_the_pod_stays(hooks: Hooks) -> None:
     hooks.bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1"))
     assert await hooks.answers.wait_pod_gone(41, within=0.02) == ("ns/p", False)
+
+
+async def test_a_placeholder_waiting_for_its_pod_is_not_counted_at_work(hooks: Hooks) -> None:
+    """The hook API's bound counts calls at work (sunk.inflight): when a big job ends, a
+    placeholder on every node waits for its Pod at once."""
+    hooks.bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1"))
+    bound = InFlight(1)
+
+    async def call() -> object:
+        with bound.working_on():
+            return await hooks.answers.wait_pod_gone(41, within=5)
+
+    polling = asyncio.create_task(call())
+    await asyncio.sleep(0.01)
+    assert not polling.done() and bound.working == 0
+    hooks.bed.add_pod(pod(), "DELETED")
+    assert await asyncio.wait_for(polling, 1) == ("ns/p", True)
+    assert bound.working == 0
 
 
 async def test_wait_pod_gone_for_a_pod_already_gone_does_not_wait(hooks: Hooks) -> None:

@@ -4,6 +4,7 @@ checks, 404s, the scheduler's refusals passed on, and the in-flight bound."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 
 import httpx
@@ -11,6 +12,7 @@ import pytest
 
 from sunk.hookauth import HookKeys, HookRefused, job_owner
 from sunk.hooks import create_hooks_app
+from sunk.inflight import waiting
 from sunk.locking import LockState
 from sunk.servers import serve_aiohttp
 from testbed.procs import free_ports
@@ -51,6 +53,8 @@ class Scheduler:
         self.refusal: HookRefused | None = None
         self.release = asyncio.Event()
         self.block = False
+        #: Whether a blocked long poll waits as the cluster's does (not counted as at work).
+        self.block_waiting = False
 
     def job_owner(self, job_id: int) -> str | None:
         uid = JOBS.get(job_id)
@@ -67,7 +71,8 @@ class Scheduler:
 
     async def wait_pod_gone(self, job_id: int, within: float) -> tuple[str, bool] | None:
         if self.block:
-            await self.release.wait()
+            with waiting() if self.block_waiting else contextlib.nullcontext():
+                await self.release.wait()
         return self._answer("pod", job_id)
 
     async def drain_for_job(self, job_id: int, node: str) -> tuple[str, bool] | None:
@@ -357,10 +362,13 @@ async def test_serving_on_a_taken_port_says_so() -> None:
             await serve_aiohttp(create_hooks_app(Scheduler(), keys=keys(TOKEN)), taken)
 
 
-async def test_calls_beyond_the_bound_are_told_to_retry() -> None:
-    """Served as the scheduler serves it (``serve_aiohttp``), on loopback, calls at once."""
+@pytest.mark.parametrize("block_waiting", [False, True])
+async def test_calls_beyond_the_bound_are_told_to_retry(block_waiting: bool) -> None:
+    """Served as the scheduler serves it (``serve_aiohttp``), on loopback, calls at once. Two
+    long polls fill a bound of two while at work, not while they wait as the cluster's do (a
+    big job starting or ending has a prolog or a placeholder waiting on every node)."""
     scheduler = Scheduler()
-    scheduler.block = True
+    scheduler.block, scheduler.block_waiting = True, block_waiting
     app = create_hooks_app(scheduler, keys=keys(TOKEN), max_in_flight=2)
     [port] = free_ports(1)
     server = asyncio.create_task(serve_aiohttp(app, f"127.0.0.1:{port}"))
@@ -373,12 +381,20 @@ async def test_calls_beyond_the_bound_are_told_to_retry() -> None:
                     break
                 except httpx.ConnectError:
                     await asyncio.sleep(0.1)
-            waiting = [asyncio.create_task(client.get(url, headers=AUTH)) for _ in range(2)]
+            polls = [asyncio.create_task(client.get(url, headers=AUTH)) for _ in range(2)]
             await asyncio.sleep(0.3)
-            extra = await client.get(url, headers=AUTH)
-            assert extra.status_code == 429 and extra.headers["retry-after"] == "1"
+            extra = await client.post(url.replace("7/pod?wait=5", "8/started"),
+                                      json={"node": "n1"}, headers=AUTH)
+            if block_waiting:
+                assert extra.status_code == 200 and extra.json() == {"pod": "ns/p8",
+                                                                     "gone": False}
+            else:
+                assert extra.status_code == 429 and extra.headers["retry-after"] == "1"
             scheduler.release.set()
-            assert [(await w).json()["gone"] for w in waiting] == [True, True]
+            assert [(await p).json()["gone"] for p in polls] == [True, True]
+            again = await client.post(url.replace("7/pod?wait=5", "8/started"),
+                                      json={"node": "n1"}, headers=AUTH)
+            assert again.status_code == 200  # the bound is whole again once the polls end
     finally:
         server.cancel()
         await asyncio.gather(server, return_exceptions=True)

@@ -13,6 +13,7 @@ import pytest
 
 from sunk import kube
 from sunk.hookauth import HookRefused
+from sunk.inflight import InFlight
 from sunk.locking import LOCK_KEY, LOCK_TAINT_SPEC, LockState
 from sunk.syncer import REQUEST_TTL, LockRequest, Syncer
 from tests.unit.core import stand_ins
@@ -226,6 +227,31 @@ async def test_a_lock_request_times_out_with_the_state_reached(sync: Sync) -> No
         await stop(worker)
     assert state is LockState.PENDING
     assert syncer.requests["slurm-1"].answered_at is None
+
+
+async def test_a_prolog_waiting_for_its_lock_is_not_counted_at_work(sync: Sync) -> None:
+    """The hook API's bound counts calls at work (sunk.inflight): when a big job starts, a
+    prolog on every node waits for its lock at once."""
+    bed, syncer = sync.bed, sync.syncer
+    bed.slurm.jobs[41] = raw_job(41, state="RUNNING", nodes="slurm-1")
+    bed.kube.routes[("POST", EVICT_WEB)] = answer(429, {"message": "disruption budget"})
+    bed.any_pod(web())
+    bound = InFlight(1)
+
+    async def prolog() -> LockState | None:
+        with bound.working_on():
+            return await syncer.request_lock("slurm-1", 41, False, within=0.5)
+
+    worker = asyncio.create_task(syncer._work())
+    try:
+        asking = asyncio.create_task(prolog())
+        await until(lambda: bed.kube.calls("POST", EVICT_WEB))
+        await asyncio.sleep(0.05)
+        assert not asking.done() and bound.working == 0
+        assert await asking is LockState.PENDING
+    finally:
+        await stop(worker)
+    assert bound.working == 0
 
 
 async def test_a_lock_left_from_the_previous_job_does_not_answer_a_new_one(sync: Sync) -> None:
