@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Generator
 
 import uvicorn
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from litestar import Litestar, MediaType, Response, get
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -44,6 +46,27 @@ async def serve(app: Litestar, bind: str) -> None:
 
 #: Pending connections the kernel keeps for us (uvicorn's default, which the hook API had).
 BACKLOG = 2048
+
+
+class OneLineBadRequests(logging.Filter):
+    """aiohttp logs a request it cannot parse at ERROR, with a traceback: anyone who reaches
+    the port could fill the log with them. Such a record becomes one WARNING line naming the
+    client and what was wrong (as uvicorn logged it); every other record passes unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            client = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            said = " ".join(str(exc.message or type(exc).__name__).split())
+            record.msg, record.args = "invalid HTTP request from %s: %.300s", (client, said)
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+_SERVER_LOG = logging.getLogger("aiohttp.server")
+if not any(isinstance(f, OneLineBadRequests) for f in _SERVER_LOG.filters):
+    _SERVER_LOG.addFilter(OneLineBadRequests())
 
 
 async def serve_aiohttp(app: web.Application, bind: str, *,

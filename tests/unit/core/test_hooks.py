@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Sequence
 
 import httpx
@@ -448,3 +449,32 @@ async def test_a_job_whose_id_slurm_gave_to_another_pod_is_told_to_let_go_not_re
             lying = await call(client, method, hook, 8, {**mine, "X-Sunk-Pod-Uid": JOBS[8]})
             assert lying.status_code == 403, (hook, lying.text)
     assert scheduler.calls == []
+
+
+async def test_a_request_that_is_not_http_is_one_warning_line_not_a_traceback(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Anyone who reaches the port could otherwise fill the log with tracebacks."""
+    app = create_hooks_app(Scheduler(), keys=keys(TOKEN))
+    [port] = free_ports(1)
+    server = asyncio.create_task(serve_aiohttp(app, f"127.0.0.1:{port}"))
+    try:
+        for _ in range(50):
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+        with caplog.at_level(logging.DEBUG, logger="aiohttp.server"):
+            writer.write(b"GET /hooks/v1/jobs/7/pod HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n")
+            await writer.drain()
+            answer = await asyncio.wait_for(reader.read(), 5)
+            writer.close()
+    finally:
+        server.cancel()
+        await asyncio.gather(server, return_exceptions=True)
+    assert answer.split(b" ", 2)[1] == b"400"
+    [record] = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert record.levelno == logging.WARNING and record.exc_info is None
+    said = record.getMessage()
+    assert said.startswith("invalid HTTP request from 127.0.0.1: Invalid header token")
+    assert "\n" not in said
