@@ -10,6 +10,7 @@ background: a bind never waits for one.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping
@@ -213,9 +214,15 @@ class Executor:
                     continue
                 told.add((action.reason, action.message))
             await self.apply_pod(pod, self.record(pod), (action,))
+        # The members' Scheduled Events are sent once every binding has been answered: sent
+        # as each member was bound, they competed with the last bindings for the API server.
+        events: list[Callable[[], None]] = []
         results = await asyncio.gather(
             *(self._bind(pod, self.record(pod), b.k8s_node, b.slurm_node, b.job_id,
-                         b.annotations) for pod, b in binds), return_exceptions=True)
+                         b.annotations, events=events) for pod, b in binds),
+            return_exceptions=True)
+        for send in events:
+            send()
         for result in results:
             if isinstance(result, BaseException):
                 raise result
@@ -285,7 +292,9 @@ class Executor:
         log.info("pod %s rejected: %s: %s", kube.key(pod), reason, message)
 
     async def _bind(self, pod: kube.Obj, record: PodRecord, k8s_node: str, slurm_node: str,
-                    job_id: int, annotations: Mapping[str, str] | None = None) -> None:
+                    job_id: int, annotations: Mapping[str, str] | None = None, *,
+                    events: list[Callable[[], None]] | None = None) -> None:
+        """Bind; its Scheduled Event is sent at once, or left in ``events`` for the caller."""
         # Checked and counted with no await between: two Pods bound at once to one Node
         # cannot both take its last room.
         if lacking := self.cluster.room(pod, k8s_node):
@@ -308,9 +317,15 @@ class Executor:
         log.info("pod %s: bound to %s (Slurm node %s)%s", kube.key(pod), k8s_node, slurm_node,
                  self._timings(job_id))
         job = self.cluster.jobs.get(job_id)
-        account, qos = account_and_qos(job, record.job_description)
-        self.pod_event(pod, record, "Scheduled", scheduled_message(
+        account, qos = account_and_qos(job)
+        if not (account and qos):  # the job as submitted, unpacked only when Slurm's is silent
+            account, qos = account_and_qos(job, record.job_description)
+        send = functools.partial(self.pod_event, pod, record, "Scheduled", scheduled_message(
             kube.key(pod), k8s_node, slurm_node, job_id, account=account, qos=qos))
+        if events is None:
+            send()
+        else:
+            events.append(send)
 
     def _timings(self, job_id: int) -> str:
         """How long the job took to start and the binding to follow, for the log (what the

@@ -4,6 +4,7 @@ slurmrestd: which requests each action sends, and what it records (assume cache,
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -234,6 +235,40 @@ async def test_a_gang_members_scheduled_event_names_its_gang_jobs_account_and_qo
     assert await scheduled_event(bed) == (
         "Successfully assigned ns/p to node-a (Slurm node slurm-1, job 50, account training, "
         "QOS gang)")
+
+
+async def test_a_gangs_scheduled_events_follow_every_members_binding(bed: Bed) -> None:
+    """Sent as each member was bound, the Events competed with the last bindings for the API
+    server: a gang of 16's last member was bound up to 1.2 s after its job started."""
+    add_node(bed, cpu="16")
+    bed.cluster.jobs.jobs[50] = Job(job_id=50, name="gang:ns/job:g", state="RUNNING",
+                                    extra="", nodes="slurm-1", reason="")
+    timeline: list[tuple[str, str]] = []
+
+    def member(i: int) -> dict[str, Any]:
+        made = pod(f"aaaa-000{i}")
+        made["metadata"]["name"] = f"p{i}"
+        return made
+
+    async def binding(request: httpx.Request) -> httpx.Response:
+        name = request.url.path.split("/")[-2]
+        await asyncio.sleep(0.01 * int(name[1:]))  # answered one after another
+        timeline.append(("bound", name))
+        return httpx.Response(201, json={})
+
+    def event(request: httpx.Request) -> httpx.Response:
+        timeline.append(("event", json.loads(request.content)["involvedObject"]["name"]))
+        return httpx.Response(201, json={})
+
+    bed.kube.routes[("POST", "/api/v1/namespaces/ns/pods/")] = binding  # type: ignore[assignment]
+    bed.kube.routes[("POST", "/api/v1/namespaces/ns/events")] = event
+    members = {f"ns/p{i}": member(i) for i in range(4)}
+    await bed.executor.apply_gang("gang-id", members, [
+        (key, do.Bind("node-a", "slurm-1", 50, {f"{PREFIX}rank": key[-1]})) for key in members])
+    await settle(bed)
+    assert [what for what, _ in timeline] == ["bound"] * 4 + ["event"] * 4
+    assert sorted(name for what, name in timeline if what == "event") == ["p0", "p1", "p2",
+                                                                          "p3"]
 
 
 async def test_an_annotation_written_is_not_written_again_before_the_watch_shows_it(
