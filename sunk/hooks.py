@@ -41,7 +41,6 @@ from urllib.parse import unquote
 
 import msgspec
 from aiohttp import web
-from prometheus_client import Counter
 
 from sunk import metrics
 from sunk.hookauth import JOB_PREFIX, HookKeys, HookRefused, bearer
@@ -113,17 +112,8 @@ def _json(status: int, body: bytes, headers: Mapping[str, str] | None = None) ->
                         content_type="application/json")
 
 
-#: ``HOOK_CALLS``'s counter of each (hook, status) counted so far: ``labels()`` takes a lock
-#: and builds its key on every call.
-_counters: dict[tuple[str, int], Counter] = {}
-
-
 def _count(hook: str, status: int) -> None:
-    counter = _counters.get((hook, status))
-    if counter is None:
-        counter = _counters[hook, status] = metrics.HOOK_CALLS.labels(hook=hook,
-                                                                      status=str(status))
-    counter.inc()
+    metrics.child(metrics.HOOK_CALLS, hook, str(status)).inc()
 
 
 def _refuse(hook: str, status: int, detail: str, retry_after: int | None = None) -> _Answer:

@@ -7,6 +7,20 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
+#: Each metric's children made so far, by label values (:func:`child`).
+_children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+
+def child(metric: Any, *labels: str) -> Any:
+    """``metric.labels(*labels)``, made once per label values: ``labels()`` takes a lock and
+    builds its key at every call, and the clients and the hook API count several calls a Pod.
+    For metrics whose label values are few (methods, resources, hooks, statuses)."""
+    key = (id(metric), labels)
+    if (made := _children.get(key)) is None:
+        made = _children[key] = metric.labels(*labels)
+    return made
+
+
 JOBS_SUBMITTED = Counter("sunk_jobs_submitted_total", "Placeholder jobs submitted to Slurm")
 SUBMIT_ERRORS = Counter("sunk_submit_errors_total", "Job submissions slurmrestd refused or lost")
 JOBS_CANCELLED = Counter("sunk_jobs_cancelled_total", "Placeholder jobs cancelled by sunk")

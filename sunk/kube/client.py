@@ -221,7 +221,7 @@ class Client:
         """One call, its answer read whatever its status (for callers that judge the status
         themselves). Raises KubeError with status 0 if the server cannot be reached."""
         path = api_path(url, namespace=namespace, version=version)
-        metrics.KUBE_REQUESTS.labels(method, resource(path)).inc()
+        metrics.child(metrics.KUBE_REQUESTS, method, resource(path)).inc()
         target = self._url(path, params)
         body = _encode(json) if json is not None else None
         try:
@@ -266,7 +266,7 @@ class Client:
         """A streamed GET (a watch), read line by line with no read timeout. An error answer
         raises KubeError with its status; a dropped stream raises KubeError with status 0."""
         path = api_path(url, namespace=namespace, version=version)
-        metrics.KUBE_REQUESTS.labels("WATCH", resource(path)).inc()
+        metrics.child(metrics.KUBE_REQUESTS, "WATCH", resource(path)).inc()
         target = self._url(path, params)
         async with contextlib.AsyncExitStack() as stack:
             try:

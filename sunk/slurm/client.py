@@ -148,7 +148,7 @@ class SlurmClient:
     async def _request(self, method: str, path: str, call: str,
                        json: dict[str, Any] | None = None) -> http.Answer:
         """``call`` names the request for the request counter (``GET /job/{id}``)."""
-        metrics.SLURM_REQUESTS.labels(call).inc()
+        metrics.child(metrics.SLURM_REQUESTS, call).inc()
         headers = {"X-SLURM-USER-NAME": self._user, "X-SLURM-USER-TOKEN": self._token(),
                    "Accept": "application/json"}
         content = None

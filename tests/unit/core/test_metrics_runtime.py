@@ -38,3 +38,13 @@ async def test_a_blocked_loop_shows_as_lag() -> None:
         (REGISTRY.get_sample_value("sunk_event_loop_lag_seconds_bucket", {"le": "0.05"}) or 0)
         - slow)
     assert late >= 1, "one timer fired more than 50 ms late"
+
+
+def test_a_metrics_child_is_made_once_per_label_values_and_counts_in_the_metric() -> None:
+    calls = metrics.child(metrics.SLURM_REQUESTS, "GET /test/{child}")
+    assert metrics.child(metrics.SLURM_REQUESTS, "GET /test/{child}") is calls
+    assert metrics.child(metrics.HOOK_CALLS, "test-child", "200") is not calls
+    sample = ("sunk_slurm_requests_total", {"call": "GET /test/{child}"})
+    before = REGISTRY.get_sample_value(*sample) or 0.0
+    metrics.child(metrics.SLURM_REQUESTS, "GET /test/{child}").inc()
+    assert REGISTRY.get_sample_value(*sample) == before + 1
