@@ -92,22 +92,33 @@ async def _probe(kube: httpx.AsyncClient, watch: BoundWatch, running: RunningSch
                  step: int, count: int) -> dict[str, Any]:
     names = [f"probe-{step}-{i:03d}" for i in range(count)]
     offset, pid = log_offset(running.log), running.process.pid
-    before, created = cpu_seconds(pid), {}
+    before, created, t0 = cpu_seconds(pid), {}, time.monotonic()
     for name in names:
         created[name] = time.monotonic()
     await bounded([lambda n=n: create(kube, pod(n, annotations={
         "sunk.coreweave.com/priority": "1000000"})) for n in names])
     await watch.wait(names, 600)
-    used = cpu_seconds(pid) - before
+    used, seconds = cpu_seconds(pid) - before, time.monotonic() - t0
     await asyncio.sleep(0.5)
     logged = await asyncio.to_thread(bind_timings, running.log, offset)
     await bounded([lambda n=n: kube.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{n}",
                                            params={"gracePeriodSeconds": "0"})
                    for n in names])
     await watch.wait(names, 300, what="gone")
-    return {"cpu_ms_per_pod": round(1000 * used / count, 2),
+    return {"cpu_ms_per_pod": round(1000 * used / count, 2), "pods": count,
+            "seconds": round(seconds, 2),
             "created_to_bound": summary([watch.bound[n] - created[n] for n in names]),
             "started_to_bound": summary([logged[n][0] for n in names if n in logged])}
+
+
+def net_of_idle(probe: dict[str, Any], idle: dict[str, Any]) -> float | None:
+    """The probe's CPU per Pod less what the scheduler spends with nothing changing (the
+    job-state poll, mostly) over the probe's time: the per-Pod cost alone, which is what must
+    not grow with the number of jobs. None for a record made before probes were timed."""
+    if "seconds" not in probe:
+        return None
+    idle_ms = 1000 * float(idle["cpu_share"]) * float(probe["seconds"])
+    return round(float(probe["cpu_ms_per_pod"]) - idle_ms / int(probe["pods"]), 2)
 
 
 async def _fill(kube: httpx.AsyncClient, watch: BoundWatch, prefix: str, start: int, end: int,
@@ -239,6 +250,10 @@ def plots(figures: dict[str, Any]) -> list[results.Plot]:
     for name, title, label, series in (
             ("growth-cpu-per-pod", "Scheduler CPU per Pod", "ms of CPU per Pod",
              {"probe Pods (bound)": [s["probe"]["cpu_ms_per_pod"] for s in steps],
+              **({"probe Pods, less the idle cost": [net_of_idle(s["probe"], s["idle"])
+                                                      for s in steps]}
+                 if all(net_of_idle(s["probe"], s["idle"]) is not None for s in steps)
+                 else {}),
               "Pods added at the step": [s["fill"]["cpu_ms_per_pod"] for s in steps]}),
             ("growth-poll", "Scheduler CPU with nothing changing", "ms of CPU per job-state poll",
              {"per poll": [s["idle"]["cpu_ms_per_poll"] for s in steps]}),
@@ -253,15 +268,17 @@ def plots(figures: dict[str, Any]) -> list[results.Plot]:
 
 def render(figures: dict[str, Any]) -> str:
     lines = ["| jobs in Slurm | Pods added: CPU ms per Pod | idle: share of a core | "
-             "ms per poll | RSS MiB | probe: CPU ms per Pod | probe: created-to-bound p50 / "
-             "p99 s | probe: started-to-bound p50 / p99 s |",
-             "|---|---|---|---|---|---|---|---|"]
+             "ms per poll | RSS MiB | probe: CPU ms per Pod | probe: less the idle cost | "
+             "probe: created-to-bound p50 / p99 s | probe: started-to-bound p50 / p99 s |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for s in figures["steps"]:
         probe = s["probe"]
+        net = net_of_idle(probe, s["idle"])
         lines.append(
             f"| {s['jobs']:,} | {s['fill']['cpu_ms_per_pod']:.1f} | "
             f"{s['idle']['cpu_share']:.1%} | {s['idle']['cpu_ms_per_poll']:.1f} | "
             f"{s['idle']['rss_mib']:.0f} | {probe['cpu_ms_per_pod']:.1f} | "
+            f"{'' if net is None else f'{net:.1f}'} | "
             f"{probe['created_to_bound']['p50']:.2f} / {probe['created_to_bound']['p99']:.2f} | "
             f"{probe['started_to_bound']['p50']:.3f} / "
             f"{probe['started_to_bound']['p99']:.3f} |")

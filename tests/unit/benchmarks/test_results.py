@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import bed, results
+from benchmarks import bed, results, scale
 from benchmarks.results import Machine, Record, ResultsError
 from release import project
 
@@ -246,3 +246,12 @@ def test_a_record_carries_everything(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_plot_outside_the_repository_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ResultsError, match="inside the repository"):
         results.plot_entry("CPU", tmp_path / "x.png")
+
+
+def test_the_scale_probe_less_the_idle_cost() -> None:
+    """What the scheduler spends with nothing changing, over the probe's time, is not the
+    probe Pods' cost: at 11,000 jobs the job-state poll is most of a probe's CPU."""
+    idle = {"cpu_share": 0.03}  # 30 ms a second
+    probe = {"cpu_ms_per_pod": 8.0, "pods": 50, "seconds": 2.5}  # 75 ms of it idle
+    assert scale.net_of_idle(probe, idle) == 6.5
+    assert scale.net_of_idle({"cpu_ms_per_pod": 8.0}, idle) is None  # a record before timing
