@@ -70,11 +70,17 @@ if not any(isinstance(f, OneLineBadRequests) for f in _SERVER_LOG.filters):
 
 
 async def serve_aiohttp(app: web.Application, bind: str, *,
-                        shutdown_timeout: float = 60.0) -> None:
+                        shutdown_timeout: float = 2.5) -> None:
     """Serve an aiohttp.web ``app`` until cancelled, then shut down cleanly: stop listening,
-    let the calls in flight finish (at most ``shutdown_timeout`` seconds, then they are
-    cancelled), run the app's cleanup. No access log, no signal handling of its own; an idle
-    kept-alive connection is closed after 5 s, as uvicorn does."""
+    let the calls in flight finish (then they are cancelled: aiohttp waits ``shutdown_timeout``
+    for them, then as long again for their connections), run the app's cleanup. No access
+    log, no signal handling of its own; an idle kept-alive connection is closed after 5 s, as
+    uvicorn does.
+
+    A long poll may have 30 s left to wait (a prolog's lock): the scheduler stops serving
+    before it lets its Lease go, so waiting for it would hold the next leader back, close to
+    the Pod's 30 s grace. At most 5 s: a call cut short is asked again by its script, of the
+    next leader."""
     host, port = parse_bind(bind)
     runner = web.AppRunner(app, access_log=None, handle_signals=False,
                            shutdown_timeout=shutdown_timeout, keepalive_timeout=5.0)

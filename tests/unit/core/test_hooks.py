@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 
 import httpx
@@ -429,6 +430,36 @@ async def test_a_cancelled_server_stops_listening_and_finishes_the_calls_in_flig
             assert answered.status_code == 200 and answered.json()["gone"] is True
             with pytest.raises(asyncio.CancelledError):
                 await server
+    finally:
+        server.cancel()
+        await asyncio.gather(server, return_exceptions=True)
+
+
+async def test_a_call_still_waiting_at_the_shutdown_timeout_is_cut_short() -> None:
+    """A long poll (a prolog's lock waits up to 30 s) must not hold the scheduler's exit, and
+    so its Lease, for the next leader: the script asks again."""
+    scheduler = Scheduler()
+    scheduler.block = True  # never released
+    app = create_hooks_app(scheduler, keys=keys(TOKEN))
+    [port] = free_ports(1)
+    server = asyncio.create_task(serve_aiohttp(app, f"127.0.0.1:{port}"))  # as __main__ does
+    url = f"http://127.0.0.1:{port}/hooks/v1/jobs/7/pod?wait=30"
+    try:
+        async with httpx.AsyncClient(timeout=10) as client:
+            for _ in range(50):
+                try:
+                    await client.get(url.replace("7/pod?wait=30", "x/pod"), headers=AUTH)
+                    break
+                except httpx.ConnectError:
+                    await asyncio.sleep(0.1)
+            polling = asyncio.create_task(client.get(url, headers=AUTH))
+            await asyncio.sleep(0.3)
+            server.cancel()
+            stopping = time.monotonic()
+            await asyncio.wait_for(asyncio.gather(server, return_exceptions=True), 10)
+            assert time.monotonic() - stopping < 6  # the default: 5 s, well within the grace
+            with pytest.raises(httpx.HTTPError):
+                await asyncio.wait_for(polling, 3)
     finally:
         server.cancel()
         await asyncio.gather(server, return_exceptions=True)
