@@ -96,11 +96,16 @@ async def other_namespace(kube: Client) -> AsyncIterator[str]:
 @contextlib.asynccontextmanager
 async def scratch_namespace(kube: Client) -> AsyncIterator[str]:
     """The test bed has no namespace controller, so cleanup deletes the Pods itself (at once)
-    and then finalizes the namespace as that controller would."""
+    and then finalizes the namespace as that controller would. The namespace is deleted first:
+    once it is terminating, the API server refuses new Pods in it, so a Job's controller cannot
+    make one after the Pods were deleted (one made then outlived its namespace: nothing could
+    delete it, and its placeholder job held a node to KillWait and drained it)."""
     name = f"t-{secrets.token_hex(4)}"
     await kube.request("POST", "namespaces", json={"apiVersion": "v1", "kind": "Namespace",
                                                    "metadata": {"name": name}})
     yield name
+    async with call_api(kube, "DELETE", url=f"namespaces/{name}"):
+        pass
     async with call_api(kube, "GET", namespace=name, url="pods") as r:
         held = [p["metadata"]["name"] for p in r.json()["items"] if p["metadata"].get("finalizers")]
     for pod in held:  # a Job's controller may remove its Pod meanwhile: a 404 is fine
@@ -111,8 +116,6 @@ async def scratch_namespace(kube: Client) -> AsyncIterator[str]:
             assert r.status_code in (200, 404), r.text
     async with call_api(kube, "DELETE", namespace=name, url="pods",
                         params={"gracePeriodSeconds": "0"}):
-        pass
-    async with call_api(kube, "DELETE", url=f"namespaces/{name}"):
         pass
     body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name},
             "spec": {"finalizers": []}}
