@@ -7,10 +7,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import httpx
 import pytest
+from aiohttp import web
 
 from sunk.hookauth import HookKeys, HookRefused, job_owner
 from sunk.hooks import create_hooks_app
@@ -364,75 +365,69 @@ async def test_serving_on_a_taken_port_says_so() -> None:
             await serve_aiohttp(create_hooks_app(Scheduler(), keys=keys(TOKEN)), taken)
 
 
-@pytest.mark.parametrize("block_waiting", [False, True])
-async def test_calls_beyond_the_bound_are_told_to_retry(block_waiting: bool) -> None:
-    """Served as the scheduler serves it (``serve_aiohttp``), on loopback, calls at once. Two
-    long polls fill a bound of two while at work, not while they wait as the cluster's do (a
-    big job starting or ending has a prolog or a placeholder waiting on every node)."""
-    scheduler = Scheduler()
-    scheduler.block, scheduler.block_waiting = True, block_waiting
-    app = create_hooks_app(scheduler, keys=keys(TOKEN), max_in_flight=2)
+@contextlib.asynccontextmanager
+async def served(app: web.Application) -> AsyncIterator[tuple[asyncio.Task[None], str]]:
+    """``app`` served as the scheduler serves it (``serve_aiohttp``, on loopback), once it
+    answers: the server's task and its URL. Stopped afterwards."""
     [port] = free_ports(1)
     server = asyncio.create_task(serve_aiohttp(app, f"127.0.0.1:{port}"))
-    url = f"http://127.0.0.1:{port}/hooks/v1/jobs/7/pod?wait=5"
+    url = f"http://127.0.0.1:{port}"
     try:
-        async with httpx.AsyncClient(timeout=10) as client:
+        async with httpx.AsyncClient(timeout=10) as probe:
             for _ in range(50):
                 try:
-                    await client.get(url.replace("7/pod?wait=5", "x/pod"), headers=AUTH)
+                    await probe.get(f"{url}/hooks/v1/jobs/x/pod", headers=AUTH)
                     break
                 except httpx.ConnectError:
                     await asyncio.sleep(0.1)
-            polls = [asyncio.create_task(client.get(url, headers=AUTH)) for _ in range(2)]
-            await asyncio.sleep(0.3)
-            extra = await client.post(url.replace("7/pod?wait=5", "8/started"),
-                                      json={"node": "n1"}, headers=AUTH)
-            if block_waiting:
-                assert extra.status_code == 200 and extra.json() == {"pod": "ns/p8",
-                                                                     "gone": False}
-            else:
-                assert extra.status_code == 429 and extra.headers["retry-after"] == "1"
-            scheduler.release.set()
-            assert [(await p).json()["gone"] for p in polls] == [True, True]
-            again = await client.post(url.replace("7/pod?wait=5", "8/started"),
-                                      json={"node": "n1"}, headers=AUTH)
-            assert again.status_code == 200  # the bound is whole again once the polls end
+        yield server, url
     finally:
         server.cancel()
         await asyncio.gather(server, return_exceptions=True)
+
+
+@pytest.mark.parametrize("block_waiting", [False, True])
+async def test_calls_beyond_the_bound_are_told_to_retry(block_waiting: bool) -> None:
+    """Calls at once, on loopback. Two long polls fill a bound of two while at work, not while
+    they wait as the cluster's do (a big job starting or ending has a prolog or a placeholder
+    waiting on every node)."""
+    scheduler = Scheduler()
+    scheduler.block, scheduler.block_waiting = True, block_waiting
+    app = create_hooks_app(scheduler, keys=keys(TOKEN), max_in_flight=2)
+    async with served(app) as (_, url), httpx.AsyncClient(timeout=10) as client:
+        poll, started = f"{url}/hooks/v1/jobs/7/pod?wait=5", f"{url}/hooks/v1/jobs/8/started"
+        polls = [asyncio.create_task(client.get(poll, headers=AUTH)) for _ in range(2)]
+        await asyncio.sleep(0.3)
+        extra = await client.post(started, json={"node": "n1"}, headers=AUTH)
+        if block_waiting:
+            assert extra.status_code == 200 and extra.json() == {"pod": "ns/p8", "gone": False}
+        else:
+            assert extra.status_code == 429 and extra.headers["retry-after"] == "1"
+        scheduler.release.set()
+        assert [(await p).json()["gone"] for p in polls] == [True, True]
+        again = await client.post(started, json={"node": "n1"}, headers=AUTH)
+        assert again.status_code == 200  # the bound is whole again once the polls end
 
 
 async def test_a_cancelled_server_stops_listening_and_finishes_the_calls_in_flight() -> None:
     scheduler = Scheduler()
     scheduler.block = True
     app = create_hooks_app(scheduler, keys=keys(TOKEN))
-    [port] = free_ports(1)
-    server = asyncio.create_task(serve_aiohttp(app, f"127.0.0.1:{port}"))
-    url = f"http://127.0.0.1:{port}/hooks/v1/jobs/7/pod?wait=5"
-    try:
-        async with httpx.AsyncClient(timeout=10) as client:
-            for _ in range(50):
-                try:
-                    await client.get(url.replace("7/pod?wait=5", "x/pod"), headers=AUTH)
-                    break
-                except httpx.ConnectError:
-                    await asyncio.sleep(0.1)
-            waiting = asyncio.create_task(client.get(url, headers=AUTH))
-            await asyncio.sleep(0.3)
-            server.cancel()
-            await asyncio.sleep(0.3)
-            assert not server.done()  # the call in flight is not cut short
-            async with httpx.AsyncClient(timeout=10) as another:
-                with pytest.raises(httpx.ConnectError):
-                    await another.get(url, headers=AUTH)
-            scheduler.release.set()
-            answered = await waiting
-            assert answered.status_code == 200 and answered.json()["gone"] is True
-            with pytest.raises(asyncio.CancelledError):
-                await server
-    finally:
+    async with served(app) as (server, url), httpx.AsyncClient(timeout=10) as client:
+        poll = f"{url}/hooks/v1/jobs/7/pod?wait=5"
+        waiting = asyncio.create_task(client.get(poll, headers=AUTH))
+        await asyncio.sleep(0.3)
         server.cancel()
-        await asyncio.gather(server, return_exceptions=True)
+        await asyncio.sleep(0.3)
+        assert not server.done()  # the call in flight is not cut short
+        async with httpx.AsyncClient(timeout=10) as another:
+            with pytest.raises(httpx.ConnectError):
+                await another.get(poll, headers=AUTH)
+        scheduler.release.set()
+        answered = await waiting
+        assert answered.status_code == 200 and answered.json()["gone"] is True
+        with pytest.raises(asyncio.CancelledError):
+            await server
 
 
 async def test_a_call_still_waiting_at_the_shutdown_timeout_is_cut_short() -> None:
@@ -441,28 +436,16 @@ async def test_a_call_still_waiting_at_the_shutdown_timeout_is_cut_short() -> No
     scheduler = Scheduler()
     scheduler.block = True  # never released
     app = create_hooks_app(scheduler, keys=keys(TOKEN))
-    [port] = free_ports(1)
-    server = asyncio.create_task(serve_aiohttp(app, f"127.0.0.1:{port}"))  # as __main__ does
-    url = f"http://127.0.0.1:{port}/hooks/v1/jobs/7/pod?wait=30"
-    try:
-        async with httpx.AsyncClient(timeout=10) as client:
-            for _ in range(50):
-                try:
-                    await client.get(url.replace("7/pod?wait=30", "x/pod"), headers=AUTH)
-                    break
-                except httpx.ConnectError:
-                    await asyncio.sleep(0.1)
-            polling = asyncio.create_task(client.get(url, headers=AUTH))
-            await asyncio.sleep(0.3)
-            server.cancel()
-            stopping = time.monotonic()
-            await asyncio.wait_for(asyncio.gather(server, return_exceptions=True), 10)
-            assert time.monotonic() - stopping < 6  # the default: 5 s, well within the grace
-            with pytest.raises(httpx.HTTPError):
-                await asyncio.wait_for(polling, 3)
-    finally:
+    async with served(app) as (server, url), httpx.AsyncClient(timeout=10) as client:
+        polling = asyncio.create_task(client.get(f"{url}/hooks/v1/jobs/7/pod?wait=30",
+                                                 headers=AUTH))
+        await asyncio.sleep(0.3)
         server.cancel()
-        await asyncio.gather(server, return_exceptions=True)
+        stopping = time.monotonic()
+        await asyncio.wait_for(asyncio.gather(server, return_exceptions=True), 10)
+        assert time.monotonic() - stopping < 6  # the default: 5 s, well within the grace
+        with pytest.raises(httpx.HTTPError):
+            await asyncio.wait_for(polling, 3)
 
 
 async def test_a_job_whose_id_slurm_gave_to_another_pod_is_told_to_let_go_not_refused() -> None:
@@ -486,23 +469,14 @@ async def test_a_request_that_is_not_http_is_one_warning_line_not_a_traceback(
         caplog: pytest.LogCaptureFixture) -> None:
     """Anyone who reaches the port could otherwise fill the log with tracebacks."""
     app = create_hooks_app(Scheduler(), keys=keys(TOKEN))
-    [port] = free_ports(1)
-    server = asyncio.create_task(serve_aiohttp(app, f"127.0.0.1:{port}"))
-    try:
-        for _ in range(50):
-            try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                break
-            except OSError:
-                await asyncio.sleep(0.1)
+    async with served(app) as (_, url):
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
         with caplog.at_level(logging.DEBUG, logger="aiohttp.server"):
             writer.write(b"GET /hooks/v1/jobs/7/pod HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n")
             await writer.drain()
             answer = await asyncio.wait_for(reader.read(), 5)
             writer.close()
-    finally:
-        server.cancel()
-        await asyncio.gather(server, return_exceptions=True)
     assert answer.split(b" ", 2)[1] == b"400"
     [record] = [r for r in caplog.records if r.name == "aiohttp.server"]
     assert record.levelno == logging.WARNING and record.exc_info is None
