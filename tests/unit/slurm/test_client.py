@@ -325,3 +325,18 @@ async def test_all_jobs_keeps_the_fields_it_reads_and_skips_unusable_records(
     assert caplog.text.count("without a usable job_id") == 2
     rest.answer(jobs=[full, "not a record"])  # odd parts: read field by field
     assert [j.job_id for j in await client.all_jobs()] == [1]
+
+
+async def test_job_keeps_the_fields_it_reads_whatever_else_the_record_says(
+        rest: Slurmrestd, client: SlurmClient) -> None:
+    full = slurm_job(7, extra=job_extra(WHO), admin_comment=admin_comment(WHO))
+    full.update(account="research", qos="low", batch_host="n1", environment=["A=1"])
+    rest.answer(jobs=[full])
+    job = await client.job(7)
+    assert job is not None and (job.job_id, job.owner, job.admin_comment) == (
+        7, WHO, admin_comment(WHO))
+    assert (job.raw["account"], job.raw["qos"]) == ("research", "low")
+    assert "batch_host" not in job.raw and "environment" not in job.raw
+    rest.answer(jobs=[full, "not a record"])  # odd parts: read as plain JSON
+    job = await client.job(7)
+    assert job is not None and job.owner == WHO and job.raw["account"] == "research"
