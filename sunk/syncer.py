@@ -66,6 +66,8 @@ class Syncer:
         self._looked_at: dict[str, float] = {}
         #: Slurm node -> :meth:`_fingerprint` at its last reconcile.
         self._seen: dict[str, tuple[object, ...]] = {}
+        #: Pod uid -> ((resourceVersion, placed by sunk), what locking needs of it).
+        self._pods_seen: dict[str, tuple[tuple[object, bool], locking.PodOnNode]] = {}
         self.state_key = settings.annotation("slurm-state")
         self.reason_key = settings.annotation("slurm-reason")
         self.slurmd_selector = cluster.slurmd_selector
@@ -147,13 +149,35 @@ class Syncer:
                 self.queue.done(node)
 
     def _on_pod(self, kind: str, pod: kube.Obj) -> None:
-        """A Pod on a locking Node changed (an evicted Pod went): look at that node again."""
+        """A Pod on a Node still being locked changed (an evicted Pod went): look at that node
+        again now. A node locked already is not: a Pod that changes there is seen by the next
+        sweep (its fingerprint changed), and a busy node is not looked at for every event of
+        the Pods Slurm places on it."""
+        if kind == "DELETED":
+            self._pods_seen.pop(str((pod.get("metadata") or {}).get("uid") or ""), None)
         node_name = (pod.get("spec") or {}).get("nodeName")
         if not node_name or not self.requests:  # most Pod events: no lock is being taken
             return
         for slurm_node in self.cluster.index().from_k8s.get(node_name, ()):
-            if slurm_node in self.requests:
+            request = self.requests.get(slurm_node)
+            if request is not None and (request.answered_at is None
+                                        or self._lock_state(slurm_node) is LockState.PENDING):
                 self.queue.add(slurm_node)
+
+    def _pod_on_node(self, pod: kube.Obj) -> locking.PodOnNode:
+        """:func:`locking.pod_on_node`, made once per version of the Pod: a node's look reads
+        every Pod on it, and a busy node is looked at for every job that starts there."""
+        meta = pod.get("metadata") or {}
+        placed = self._placed_by_sunk(pod)
+        version = (meta.get("resourceVersion"), placed)
+        seen = self._pods_seen.get(uid := str(meta.get("uid") or ""))
+        if seen is not None and seen[0] == version:
+            return seen[1]
+        made = locking.pod_on_node(pod, placed_by_sunk=placed,
+                                   slurmd_selector=self.slurmd_selector)
+        if uid and version[0]:
+            self._pods_seen[uid] = (version, made)
+        return made
 
     def _lock_changed(self, slurm_node: str) -> None:
         if (changed := self._changed.get(slurm_node)) is not None:
@@ -268,9 +292,7 @@ class Syncer:
             cordoned=bool((node.get("spec") or {}).get("unschedulable")),
             requested=request is not None and request.keeps_lock(now),
             strict=request.strict if request is not None else None,
-            pods=tuple(locking.pod_on_node(p, placed_by_sunk=self._placed_by_sunk(p),
-                                           slurmd_selector=self.slurmd_selector)
-                       for p in self.cluster.pods_on(k8s_node)),
+            pods=tuple(self._pod_on_node(p) for p in self.cluster.pods_on(k8s_node)),
             state_key=self.state_key, reason_key=self.reason_key,
             pod_shows=pod_shows, node_shows=self.cluster.assumed.annotations(node),
             mismatch=self._mismatch(slurm_node, k8s_node, slurm_info),

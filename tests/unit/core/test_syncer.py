@@ -448,6 +448,31 @@ async def test_a_pod_event_on_a_node_being_locked_queues_it(sync: Sync) -> None:
     assert len(syncer.queue) == 1 and await syncer.queue.get() == "slurm-1"
 
 
+async def test_a_pod_event_on_a_node_locked_already_waits_for_the_sweep(sync: Sync) -> None:
+    bed, syncer = sync.bed, sync.syncer
+    syncer.requests["slurm-1"] = LockRequest(41, True, answered_at=time.monotonic())
+    bed.any_pod(web())
+    assert len(syncer.queue) == 0, "answered: the sweep sees the change (its fingerprint)"
+    # evictions under way: each Pod that goes matters now
+    put(bed.cluster.slurmd_informer, slurmd(annotations={LOCK_KEY: "pending"}))
+    bed.any_pod(web(), "DELETED")
+    assert len(syncer.queue) == 1 and await syncer.queue.get() == "slurm-1"
+
+
+async def test_what_locking_needs_of_a_pod_is_made_again_when_the_pod_or_its_job_changes(
+        sync: Sync) -> None:
+    bed, syncer = sync.bed, sync.syncer
+    mine = pod(node="node-a", annotations=owned(41), resourceVersion="5")
+    assert not syncer._pod_on_node(mine).stays, "no job of ours names it yet"
+    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1"))
+    assert syncer._pod_on_node(mine).placed_by_sunk, "its job is known now"
+    tolerating = pod(node="node-a", annotations=owned(41), resourceVersion="6")
+    tolerating["spec"]["tolerations"] = [LOCK_TAINT_SPEC]
+    assert syncer._pod_on_node(tolerating).tolerates_lock, "a new version is read again"
+    bed.any_pod(tolerating, "DELETED")
+    assert tolerating["metadata"]["uid"] not in syncer._pods_seen
+
+
 async def test_a_worker_survives_an_outage(sync: Sync) -> None:
     bed, syncer = sync.bed, sync.syncer
     put(bed.cluster.node_informer, node(unschedulable=True))
