@@ -250,6 +250,15 @@ class Client:
             return {}
         return _decoded(answer, _decode)
 
+    async def write(self, method: str, url: str, *, namespace: str | None = None,
+                    version: str = "v1", json: Mapping[str, object] | None = None) -> None:
+        """One call whose answer is not needed (an Event, a Binding): only an error answer is
+        read, and raises KubeError as :meth:`request` does. Two of a Pod's calls, whose
+        answers were decoded for nothing."""
+        answer = await self.send(method, url, namespace=namespace, version=version, json=json)
+        if answer.is_error:
+            _decoded(answer, _decode)
+
     async def list(self, url: str, *, namespace: str | None = None, version: str = "v1",
                    params: Params | None = None) -> Listing:
         """A list call, its items left as JSON: the caller decodes them one at a time. A list

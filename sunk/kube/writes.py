@@ -136,8 +136,8 @@ async def bind(api: Client, pod: Obj, node: str,
     deleted and recreated under the same name is never bound by mistake. The Binding's
     ``annotations`` land on the Pod in the same write (a gang member's rank and node)."""
     meta = pod["metadata"]
-    await api.request("POST", f"pods/{meta['name']}/binding", namespace=meta["namespace"],
-                      json=binding_body(pod, node, annotations))
+    await api.write("POST", f"pods/{meta['name']}/binding", namespace=meta["namespace"],
+                    json=binding_body(pod, node, annotations))
 
 
 async def annotate(api: Client, kind: str, namespace: str | None, name: str,
@@ -168,7 +168,7 @@ async def event(api: Client, obj: Obj, *, reason: str, message: str, kind: str =
                       component=component, now=datetime.datetime.now(datetime.UTC))
     ns = body["metadata"]["namespace"]
     try:
-        await api.request("POST", "events", namespace=ns, json=body)
+        await api.write("POST", "events", namespace=ns, json=body)
     except KubeError as exc:
         log.warning("could not record Event %s on %s/%s: %s", reason, ns,
                     obj["metadata"]["name"], exc)

@@ -108,6 +108,18 @@ async def test_an_error_answer_is_a_kube_error_with_its_status_and_message(
     assert "GET /api/v1/namespaces/ns/pods/p" in str(raised.value)
 
 
+async def test_a_write_reads_only_an_error_answer() -> None:
+    server = FakeServer(httpx.Response(201, text="not read"),
+                        status(409, "the object has been modified", "Conflict"))
+    api = client(server)
+    await api.write("POST", "events", namespace="ns", json={"reason": "R"})  # not read
+    assert server.body(0) == {"reason": "R"}
+    with pytest.raises(kube.KubeError, match="has been modified") as raised:
+        await api.write("POST", "pods/p/binding", namespace="ns", json={})
+    await api.aclose()
+    assert raised.value.status == 409
+
+
 async def test_an_answer_that_is_not_json_is_a_kube_error() -> None:
     api = client(FakeServer(httpx.Response(200, text="<html>proxy login</html>")))
     with pytest.raises(kube.KubeError, match="not JSON") as raised:
