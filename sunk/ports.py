@@ -6,13 +6,19 @@ package's functions on one client (:class:`KubeAPI`) and :class:`sunk.slurm.clie
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from sunk import kube
 from sunk.slurm.job import Job
 
 Obj = dict[str, Any]
+
+#: Events sent at once. An Event is a courtesy: when many jobs start together (gangs of 16,
+#: seven at a time), one Event per bound Pod sent all at once took half the API server from
+#: the bindings still to make. Beyond this, Events wait their turn, in order.
+EVENTS_IN_FLIGHT: Final = 4
 
 
 class KubePort(Protocol):
@@ -53,9 +59,11 @@ class SlurmPort(Protocol):
 class KubeAPI:
     """:class:`KubePort` on the API server."""
 
-    def __init__(self, api: kube.Client, component: str) -> None:
+    def __init__(self, api: kube.Client, component: str,
+                 events_in_flight: int = EVENTS_IN_FLIGHT) -> None:
         self.api = api
         self.component = component
+        self._event_slots = asyncio.Semaphore(events_in_flight)
 
     async def annotate(self, kind: str, namespace: str | None, name: str,
                        annotations: Mapping[str, str | None]) -> str:
@@ -71,8 +79,9 @@ class KubeAPI:
 
     async def event(self, obj: Obj, *, kind: str, reason: str, message: str,
                     warning: bool) -> None:
-        await kube.event(self.api, obj, kind=kind, reason=reason, message=message,
-                         type_="Warning" if warning else "Normal", component=self.component)
+        async with self._event_slots:
+            await kube.event(self.api, obj, kind=kind, reason=reason, message=message,
+                             type_="Warning" if warning else "Normal", component=self.component)
 
     async def set_taints(self, node: Obj, taints: list[dict[str, Any]]) -> str:
         meta = node["metadata"]

@@ -3,12 +3,15 @@ are fine."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 
 import httpx
 import pytest
 
 from sunk import kube
+from sunk.ports import KubeAPI
 from tests.unit.kube.fakes import FakeServer, client, status
 
 POD = {"metadata": {"name": "p", "namespace": "team-a", "uid": "uid-1",
@@ -180,3 +183,30 @@ async def test_an_eviction_a_disruption_budget_forbids_raises_429() -> None:
         await kube.evict(api, "team-a", "p")
     await api.aclose()
     assert raised.value.status == 429
+
+
+async def test_events_beyond_the_bound_wait_their_turn_in_order() -> None:
+    in_flight, most, order = 0, 0, []
+    release = asyncio.Event()
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        order.append(json.loads(request.content)["reason"])
+        await release.wait()
+        in_flight -= 1
+        return httpx.Response(201, json={})
+
+    server = FakeServer(*[answer] * 6)
+    api = client(server)
+    port = KubeAPI(api, "sunk", events_in_flight=2)
+    sent = [asyncio.create_task(port.event(POD, kind="Pod", reason=f"R{i}", message="m",
+                                           warning=False)) for i in range(6)]
+    await server.wait_for(2)
+    await asyncio.sleep(0.05)
+    assert len(server.requests) == 2, "the others wait for a slot"
+    release.set()
+    await asyncio.gather(*sent)
+    await api.aclose()
+    assert most == 2 and order == [f"R{i}" for i in range(6)]
