@@ -7,6 +7,7 @@ package's functions on one client (:class:`KubeAPI`) and :class:`sunk.slurm.clie
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
@@ -19,6 +20,12 @@ Obj = dict[str, Any]
 #: seven at a time), one Event per bound Pod sent all at once took half the API server from
 #: the bindings still to make. Beyond this, Events wait their turn, in order.
 EVENTS_IN_FLIGHT: Final = 4
+#: Events waiting for a slot beyond which a new one is dropped (an API server that takes
+#: calls but does not answer them must not make the queue grow without end), as client-go's
+#: event broadcaster drops beyond its queue of 1,000.
+EVENTS_WAITING_MAX: Final = 1000
+
+log = logging.getLogger("sunk.ports")
 
 
 class KubePort(Protocol):
@@ -60,10 +67,14 @@ class KubeAPI:
     """:class:`KubePort` on the API server."""
 
     def __init__(self, api: kube.Client, component: str,
-                 events_in_flight: int = EVENTS_IN_FLIGHT) -> None:
+                 events_in_flight: int = EVENTS_IN_FLIGHT,
+                 events_waiting_max: int = EVENTS_WAITING_MAX) -> None:
         self.api = api
         self.component = component
         self._event_slots = asyncio.Semaphore(events_in_flight)
+        self._events_waiting = 0
+        self._events_waiting_max = events_waiting_max
+        self.events_dropped = 0
 
     async def annotate(self, kind: str, namespace: str | None, name: str,
                        annotations: Mapping[str, str | None]) -> str:
@@ -79,9 +90,24 @@ class KubeAPI:
 
     async def event(self, obj: Obj, *, kind: str, reason: str, message: str,
                     warning: bool) -> None:
-        async with self._event_slots:
+        if self._events_waiting >= self._events_waiting_max:
+            self.events_dropped += 1
+            if self.events_dropped & (self.events_dropped - 1) == 0:  # 1st, 2nd, 4th, ...
+                log.warning("%d Events dropped so far (%s on %s/%s the newest): %d wait for "
+                            "the API server to take them", self.events_dropped, reason,
+                            (obj.get("metadata") or {}).get("namespace"),
+                            (obj.get("metadata") or {}).get("name"), self._events_waiting)
+            return
+        self._events_waiting += 1
+        try:
+            await self._event_slots.acquire()
+        finally:  # acquired, or cancelled while waiting (the scheduler stopping)
+            self._events_waiting -= 1
+        try:
             await kube.event(self.api, obj, kind=kind, reason=reason, message=message,
                              type_="Warning" if warning else "Normal", component=self.component)
+        finally:
+            self._event_slots.release()
 
     async def set_taints(self, node: Obj, taints: list[dict[str, Any]]) -> str:
         meta = node["metadata"]

@@ -210,3 +210,27 @@ async def test_events_beyond_the_bound_wait_their_turn_in_order() -> None:
     await asyncio.gather(*sent)
     await api.aclose()
     assert most == 2 and order == [f"R{i}" for i in range(6)]
+
+
+async def test_events_beyond_the_waiting_room_are_dropped_and_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    release, order = asyncio.Event(), []
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        order.append(json.loads(request.content)["reason"])
+        await release.wait()
+        return httpx.Response(201, json={})
+
+    server = FakeServer(*[answer] * 3)
+    api = client(server)
+    port = KubeAPI(api, "sunk", events_in_flight=1, events_waiting_max=2)
+    sent = [asyncio.create_task(port.event(POD, kind="Pod", reason=f"R{i}", message="m",
+                                           warning=False)) for i in range(5)]
+    await server.wait_for(1)
+    await asyncio.sleep(0.05)
+    assert port.events_dropped == 2, "one in flight, two waiting, the rest dropped"
+    assert "2 Events dropped so far (R4 on team-a/p the newest)" in caplog.text
+    release.set()
+    await asyncio.gather(*sent)
+    await api.aclose()
+    assert order == ["R0", "R1", "R2"]
