@@ -98,6 +98,7 @@ async def run(settings: Settings) -> None:
             tasks.create_task(serve(metrics_app(), settings.metrics_bind_address))
             metrics.watch_gc()
             tasks.create_task(metrics.watch_loop_lag())
+            heap.collect_young_less_often()
             tasks.create_task(heap.FreezeSurvivors().run())
             if election is not None:
                 # A standby serves probes and metrics only; the leader does everything else.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sunk.heap import FreezeSurvivors
+from sunk.heap import YOUNG_COLLECTION_EVERY, FreezeSurvivors, collect_young_less_often
 
 
 @pytest.fixture(autouse=True)
@@ -78,3 +78,13 @@ def test_freed_memory_is_given_back_after_a_big_read() -> None:
     found = re.fullmatch(r"gave back (\d+) MiB of freed memory\n", ran.stdout)
     assert found is not None, ran.stdout + ran.stderr
     assert int(found[1]) >= 30
+
+
+def test_young_collections_come_less_often_and_the_older_thresholds_stay() -> None:
+    before = gc.get_threshold()
+    try:
+        collect_young_less_often()
+        assert gc.get_threshold() == (YOUNG_COLLECTION_EVERY, before[1], before[2])
+        assert before[0] < YOUNG_COLLECTION_EVERY
+    finally:
+        gc.set_threshold(*before)
