@@ -8,9 +8,9 @@ only for a node a job of Slurm's is starting on): refused calls get 403 or 409 w
 
 Calls are answered from the scheduler's caches where they can be, and at most ``max_in_flight``
 are at work at once, so a flood of calls cannot starve scheduling: the excess is told to retry
-(429). A long poll waiting (a lock not taken yet, a Pod not gone yet) is not at work
-(:mod:`sunk.inflight`). An outage of the API server or Slurm is answered 503 with
-Retry-After, never a 500.
+(429). A long poll waiting (a lock not taken yet, a Pod not gone yet), or a lock's read of
+its job from slurmrestd, is not at work (:mod:`sunk.inflight`). An outage of the API server
+or Slurm is answered 503 with Retry-After, never a 500.
 
 Served by aiohttp's web server (``sunk.servers.serve_aiohttp``): two calls per Pod come here,
 and the server's CPU per call went from about 150 µs on Litestar and uvicorn to 85 µs (on a

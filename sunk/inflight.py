@@ -5,7 +5,9 @@ placeholder waits until its Pod is gone. A job that starts on hundreds of nodes,
 them, has as many of these waiting at once. Counted while they waited, they filled the bound
 (64) and the rest were told to retry a second later (429), though a waiting call costs the
 scheduler nothing: the bound is there so that a flood of calls at work cannot starve
-scheduling. So the code that waits does it inside :func:`waiting`.
+scheduling. So the code that waits does it inside :func:`waiting`: the two long polls, and a
+lock's read of its job from slurmrestd (one in twelve saturated runs, with slurmrestd slow,
+filled the bound with those reads).
 """
 
 from __future__ import annotations

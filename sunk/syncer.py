@@ -232,7 +232,10 @@ class Syncer:
         """A lock is taken only for a job Slurm is starting on that node (its prolog runs):
         a stray call naming a pending job, an ended one or another node is refused."""
         async with answering(f"reading job {job_id}"):
-            job = await self.slurm.job(job_id)
+            # Not at work while slurmrestd answers: a slow slurmrestd with every node's prolog
+            # asking at once filled the hook API's bound, and prologs were told to retry.
+            with waiting():
+                job = await self.slurm.job(job_id)
         if job is None:  # lost by a slurmctld that crashed: it will not run; nothing to lock
             raise HookRefused(410, f"Slurm has no job {job_id}: no lock for it")
         if job.finished:  # cancelled while its prolog waited: let go, do not drain the node

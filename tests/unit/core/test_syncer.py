@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 
 from sunk import kube
@@ -251,6 +252,31 @@ async def test_a_prolog_waiting_for_its_lock_is_not_counted_at_work(sync: Sync) 
         assert await asking is LockState.PENDING
     finally:
         await stop(worker)
+    assert bound.working == 0
+
+
+async def test_a_prolog_whose_job_slurmrestd_is_slow_to_read_is_not_counted_at_work(
+        sync: Sync) -> None:
+    bed, syncer = sync.bed, sync.syncer
+    bed.slurm.jobs[41] = raw_job(41, state="RUNNING", nodes="slurm-1")
+    release = asyncio.Event()
+
+    async def slow(request: httpx.Request) -> httpx.Response:
+        await release.wait()
+        return bed.slurm.fallback(request)
+
+    bed.slurm.routes[("GET", f"{SLURM}/job/41")] = slow  # type: ignore[assignment]
+    bound = InFlight(1)
+
+    async def prolog() -> LockState | None:
+        with bound.working_on():
+            return await syncer.request_lock("slurm-1", 41, False, within=0.2)
+
+    asking = asyncio.create_task(prolog())
+    await until(lambda: bed.slurm.paths("GET"))
+    assert bound.working == 0, "waiting for slurmrestd is not work"
+    release.set()
+    await asking
     assert bound.working == 0
 
 
