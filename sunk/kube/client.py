@@ -163,7 +163,7 @@ class Client:
 
     def __init__(self, credentials: Credentials, *,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
-        #: Tests pass an ``httpx.MockTransport``; otherwise aiohttp's connections are used.
+        #: Tests pass an ``httpx.MockTransport``; otherwise :class:`sunk.http.ConnectionPool`.
         self.credentials = credentials
         self._transport = http.HttpxTransport(transport) if transport is not None else None
         self._session: http.Transport | None = None
@@ -175,9 +175,9 @@ class Client:
     async def _new_session(self) -> http.Transport:
         if self._transport is not None:
             return self._transport
-        return http.AiohttpTransport(self.credentials.server,
-                                     verify=await self.credentials.ssl_context(),
-                                     proxy=self.credentials.proxy)
+        return http.ConnectionPool(self.credentials.server,
+                                   verify=await self.credentials.ssl_context(),
+                                   proxy=self.credentials.proxy)
 
     async def _current(self) -> tuple[http.Transport, int]:
         if self._session is None:

@@ -137,10 +137,10 @@ class SlurmClient:
         self._user = user
         self._base = base_url.rstrip("/") + f"/slurm/{version}"
         self._timeout = http.Timeout(read=timeout, connect=timeout)
-        # aiohttp's connections, called directly (sunk.http): the scheduler is CPU-bound on
-        # its calls. Tests hand in an httpx transport.
+        # kept-open connections of sunk.http's own: the scheduler is CPU-bound on its calls.
+        # Tests hand in an httpx transport.
         self._http: http.Transport = (http.HttpxTransport(transport) if transport is not None
-                                      else http.AiohttpTransport(base_url, connections=16))
+                                      else http.ConnectionPool(base_url, connections=16))
 
     async def aclose(self) -> None:
         await self._http.aclose()
