@@ -14,10 +14,10 @@ import uvloop
 from pydantic import ValidationError
 
 from sunk import heap, kube, leader, metrics, policywatch
-from sunk.hooks import create_hooks_app
+from sunk.hooks import MAX_BODY, create_hooks_app
 from sunk.policy import PolicyLoadError, PolicyStore
 from sunk.profiling import OnDemandProfiler
-from sunk.servers import metrics_app, probes_app, serve, serve_aiohttp
+from sunk.servers import metrics_app, probes_app, serve, serve_hooks
 from sunk.settings import Settings, from_args
 from sunk.slurm.client import SlurmClient
 from sunk.wiring import Parts, assemble
@@ -112,9 +112,9 @@ async def run(settings: Settings) -> None:
             tasks.create_task(built.scheduler.run())
             if built.syncer is not None:
                 tasks.create_task(built.syncer.run())
-            tasks.create_task(serve_aiohttp(
+            tasks.create_task(serve_hooks(
                 create_hooks_app(built.hooks, keys=built.executor.keys, locks=built.syncer),
-                settings.hooks_api_bind_address))
+                settings.hooks_api_bind_address, max_body=MAX_BODY))
             tasks.create_task(watch_policies())
             tasks.create_task(serve(create_app(built.dashboard, **settings.dashboard_auth()),
                                     settings.dashboard_bind_address))

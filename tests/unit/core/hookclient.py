@@ -1,5 +1,5 @@
-"""The hook API served for real in a test (aiohttp's test server, on loopback), and two ways to
-call it, each answer read whole: aiohttp's test client, or raw bytes on a socket (any header
+"""The hook API served for real in a test (:mod:`sunk.httpserver`, on loopback), and two ways
+to call it, each answer read whole: aiohttp's client, or raw bytes on a socket (any header
 byte, any path, as a caller that is no well-behaved client may send them)."""
 
 from __future__ import annotations
@@ -11,9 +11,12 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
+import aiohttp
+import yarl
 from multidict import CIMultiDict, CIMultiDictProxy
+
+from sunk import httpserver
+from sunk.hooks import MAX_BODY
 
 
 @dataclass(frozen=True)
@@ -27,16 +30,18 @@ class Answer:
 
 
 class HookClient:
-    """aiohttp's test client for the hook API, answers read whole."""
+    """aiohttp's client for the hook API, answers read whole."""
 
-    def __init__(self, client: TestClient[web.Request, web.Application]) -> None:
-        self._client = client
+    def __init__(self, session: aiohttp.ClientSession, port: int) -> None:
+        self._session = session
+        self.port = port
 
     async def request(self, method: str, path: str, *, json: Any = None,
                       content: bytes | None = None,
                       headers: Mapping[str, str] | None = None) -> Answer:
-        async with self._client.request(method, path, json=json, data=content,
-                                        headers=headers) as r:
+        url = yarl.URL(f"http://127.0.0.1:{self.port}{path}", encoded=True)
+        async with self._session.request(method, url, json=json, data=content,
+                                         headers=headers) as r:
             return Answer(r.status, await r.text(), r.headers)
 
     async def get(self, path: str, *, headers: Mapping[str, str] | None = None) -> Answer:
@@ -48,24 +53,32 @@ class HookClient:
 
 
 @contextlib.asynccontextmanager
-async def hook_client(app: web.Application) -> AsyncIterator[HookClient]:
-    async with TestClient(TestServer(app)) as client:
-        yield HookClient(client)
+async def hook_client(app: httpserver.Handler) -> AsyncIterator[HookClient]:
+    async with hook_server(app) as port, aiohttp.ClientSession() as session:
+        yield HookClient(session, port)
 
 
 def port_of(client: HookClient) -> int:
     """The port the app is served on, for :func:`send_raw`."""
-    port = client._client.port
-    assert port is not None
-    return port
+    return client.port
 
 
 @contextlib.asynccontextmanager
-async def hook_server(app: web.Application) -> AsyncIterator[int]:
-    """The port the app is served on."""
-    async with TestServer(app) as server:
-        assert server.port is not None
-        yield server.port
+async def hook_server(app: httpserver.Handler) -> AsyncIterator[int]:
+    """The port the app is served on (as the scheduler serves it, bodies up to MAX_BODY)."""
+    listening: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    server = asyncio.create_task(httpserver.serve(
+        app, "127.0.0.1", 0, max_body=MAX_BODY, started=listening.set_result))
+    try:
+        either: set[asyncio.Future[Any]] = {server, listening}
+        done, _ = await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if server in done:
+            server.result()  # it failed to listen: say why
+        yield listening.result()
+    finally:
+        server.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await server
 
 
 async def send_raw(port: int, method: str, target: str, headers: list[tuple[bytes, bytes]],

@@ -10,13 +10,13 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 import httpx
-from aiohttp import web
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sunk import ownership, translate
 from sunk.hookauth import HookKeys, HookRefused, bearer, job_owner
 from sunk.hooks import create_hooks_app
+from sunk.httpserver import Handler
 from sunk.locking import LockState
 from sunk.slurm.client import SlurmClient, SlurmError, _error_text
 from tests.unit.core.hookclient import Answer, hook_server, send_raw
@@ -182,7 +182,7 @@ class FakeScheduler:
 
 
 @functools.cache
-def _hooks() -> tuple[web.Application, FakeScheduler]:
+def _hooks() -> tuple[Handler, FakeScheduler]:
     fake = FakeScheduler()
     return create_hooks_app(fake, keys=HookKeys(lambda: TOKENS), locks=fake), fake
 

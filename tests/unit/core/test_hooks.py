@@ -11,13 +11,13 @@ from collections.abc import AsyncIterator, Sequence
 
 import httpx
 import pytest
-from aiohttp import web
 
 from sunk.hookauth import HookKeys, HookRefused, job_owner
-from sunk.hooks import create_hooks_app
+from sunk.hooks import MAX_BODY, create_hooks_app
+from sunk.httpserver import Handler
 from sunk.inflight import waiting
 from sunk.locking import LockState
-from sunk.servers import serve_aiohttp
+from sunk.servers import serve_hooks
 from testbed.procs import free_ports
 from tests.unit.core.hookclient import Answer, HookClient, hook_client, port_of, send_raw
 
@@ -362,15 +362,16 @@ async def test_serving_on_a_taken_port_says_so() -> None:
     async with hook_client(app) as client:
         taken = f"127.0.0.1:{port_of(client)}"
         with pytest.raises(OSError, match=f"could not serve on {taken} \\(address in use"):
-            await serve_aiohttp(create_hooks_app(Scheduler(), keys=keys(TOKEN)), taken)
+            await serve_hooks(create_hooks_app(Scheduler(), keys=keys(TOKEN)), taken,
+                              max_body=MAX_BODY)
 
 
 @contextlib.asynccontextmanager
-async def served(app: web.Application) -> AsyncIterator[tuple[asyncio.Task[None], str]]:
-    """``app`` served as the scheduler serves it (``serve_aiohttp``, on loopback), once it
+async def served(app: Handler) -> AsyncIterator[tuple[asyncio.Task[None], str]]:
+    """``app`` served as the scheduler serves it (``serve_hooks``, on loopback), once it
     answers: the server's task and its URL. Stopped afterwards."""
     [port] = free_ports(1)
-    server = asyncio.create_task(serve_aiohttp(app, f"127.0.0.1:{port}"))
+    server = asyncio.create_task(serve_hooks(app, f"127.0.0.1:{port}", max_body=MAX_BODY))
     url = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient(timeout=10) as probe:
@@ -472,14 +473,15 @@ async def test_a_request_that_is_not_http_is_one_warning_line_not_a_traceback(
     async with served(app) as (_, url):
         host, port = url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
-        with caplog.at_level(logging.DEBUG, logger="aiohttp.server"):
+        with caplog.at_level(logging.DEBUG, logger="sunk.httpserver"):
             writer.write(b"GET /hooks/v1/jobs/7/pod HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n")
             await writer.drain()
             answer = await asyncio.wait_for(reader.read(), 5)
             writer.close()
     assert answer.split(b" ", 2)[1] == b"400"
-    [record] = [r for r in caplog.records if r.name == "aiohttp.server"]
+    [record] = [r for r in caplog.records if r.name == "sunk.httpserver"]
     assert record.levelno == logging.WARNING and record.exc_info is None
     said = record.getMessage()
-    assert said.startswith("invalid HTTP request from 127.0.0.1: Invalid header token")
+    assert said.startswith("invalid HTTP request from 127.0.0.1:"), said
+    assert "Invalid header" in said, said
     assert "\n" not in said
