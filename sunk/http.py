@@ -227,6 +227,9 @@ class _Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
 
     def data_received(self, data: bytes) -> None:
+        if self._answer is None:  # bytes no call asked for (a server's farewell): not reused
+            self.close()
+            return
         self._began = True
         self.active_at = asyncio.get_running_loop().time()
         try:
@@ -268,7 +271,7 @@ class _Connection(asyncio.Protocol):
 
 #: Methods a call may make again on a new connection when a kept-open one turns out to be
 #: closed by the server before it answered (as aiohttp and browsers do): asking twice is safe.
-_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+_IDEMPOTENT = frozenset({"GET", "PUT", "DELETE", "OPTIONS"})
 
 
 class ConnectionPool:
@@ -297,7 +300,9 @@ class ConnectionPool:
     async def call(self, method: str, url: str, *, headers: Mapping[str, str],
                    body: bytes | None, timeouts: Timeout,
                    server_hostname: str | None = None) -> Answer:
-        if not self._direct or not url.startswith(self._origin):
+        # (an answer to HEAD has no body whatever its Content-Length says: the parser here
+        # does not know which call an answer is for)
+        if not self._direct or method == "HEAD" or not url.startswith(self._origin):
             return await self._aiohttp.call(method, url, headers=headers, body=body,
                                             timeouts=timeouts, server_hostname=server_hostname)
         target = url[len(self._origin):] or "/"

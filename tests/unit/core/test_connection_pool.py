@@ -336,3 +336,25 @@ async def test_a_server_that_cannot_be_reached_fails_the_call_as_os_error() -> N
         with pytest.raises(OSError):
             await pool.call("GET", f"http://127.0.0.1:{port}/", headers={}, body=None,
                             timeouts=FAST)
+
+
+async def test_bytes_no_call_asked_for_retire_the_connection() -> None:
+    """A server that speaks on an idle connection (a 408 before it closes it, say): the next
+    call does not read that as its answer."""
+    async with serving(always(OK)) as server, pool_for(server.url) as pool:
+        await pool.call("GET", server.url + "/", headers={}, body=None, timeouts=FAST)
+        [writer] = server.writers
+        writer.write(b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        answer = await pool.call("GET", server.url + "/", headers={}, body=None, timeouts=FAST)
+    assert answer.status == 200
+    assert [s.connection for s in server.seen] == [1, 2]
+
+
+async def test_head_goes_through_aiohttp_which_knows_its_answer_has_no_body() -> None:
+    reply = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n"
+    async with serving(always(reply)) as server, pool_for(server.url) as pool:
+        answer = await pool.call("HEAD", server.url + "/", headers={}, body=None,
+                                 timeouts=http.Timeout(read=2, connect=2))
+    assert answer.status == 200 and answer.body == b""
