@@ -2,9 +2,10 @@
 the C parser of Node.js and uvicorn), each request read whole, then handed to one handler.
 
 Two calls per Pod come to the hook API, each from curl on a connection of its own (a prolog, a
-placeholder job's script). Measured on such calls, the server's CPU per call was about 265 µs
-with aiohttp.web and 195 µs with uvicorn, against 115 µs here: the parser is the same C code,
-what is left out is the request and response objects around it (docs/benchmarks.md).
+placeholder job's script). Measured on such calls with a trivial handler, the server's CPU per
+call was about 265 µs with aiohttp.web and 195 µs with uvicorn, against 125 µs here (115 µs for
+the bare parser loop): the parser is the same C code, what is left out is the request and
+response objects around it (docs/benchmarks.md).
 
 What a caller who is no well-behaved client gets:
 
