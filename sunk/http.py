@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import ssl
 import urllib.request
+from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol, cast
@@ -219,6 +220,7 @@ class _Connection(asyncio.Protocol):
 
     def _fail(self, exc: Exception) -> None:
         answer, self._answer = self._answer, None
+        self._chunks = []
         if answer is not None and not answer.done():
             answer.set_exception(exc)
 
@@ -264,9 +266,12 @@ class _Connection(asyncio.Protocol):
 
     def _complete(self, *, keep: bool) -> None:
         answer, self._answer = self._answer, None
+        # The pieces go with the answer: kept here, an idle connection held the last one's
+        # (the 200 MB listing of 11,000 jobs at adoption, until the next call).
+        body, self._chunks = b"".join(self._chunks), []
         if answer is not None and not answer.done():
             answer.set_result((self._parser.get_status_code(),
-                               self._reason.decode("latin-1"), b"".join(self._chunks), keep))
+                               self._reason.decode("latin-1"), body, keep))
 
 
 #: Methods a call may make again on a new connection when a kept-open one turns out to be
@@ -294,8 +299,10 @@ class ConnectionPool:
             self._tls = verify if isinstance(verify, ssl.SSLContext) else _tls_context(verify)
         self._direct = parts.scheme in ("http", "https") and (proxy or env_proxy(url)) is None
         self._slots = asyncio.Semaphore(connections)
-        self._idle: list[_Connection] = []
+        #: Kept-open connections waiting for a call, the most recently used last.
+        self._idle: deque[_Connection] = deque()
         self._open: set[_Connection] = set()
+        self._sweep: asyncio.TimerHandle | None = None
 
     async def call(self, method: str, url: str, *, headers: Mapping[str, str],
                    body: bytes | None, timeouts: Timeout,
@@ -323,6 +330,9 @@ class ConnectionPool:
                     raise
                 if keep and not connection.closed:
                     self._idle.append(connection)
+                    if self._sweep is None:
+                        self._sweep = asyncio.get_running_loop().call_later(
+                            KEEP_IDLE, self._close_idle)
                 else:
                     self._drop(connection)
                 return Answer(method, target.partition("?")[0], status, reason, content)
@@ -356,6 +366,20 @@ class ConnectionPool:
                 server_hostname=(server_hostname or self._host) if self._tls else None)
         self._open.add(connection)
         return connection, False
+
+    def _close_idle(self) -> None:
+        """Close the connections unused for :data:`KEEP_IDLE` (the oldest first), as aiohttp's
+        pool did: a burst of calls opens many, and each held its TLS buffers, and a socket on
+        the server, for as long as the scheduler ran."""
+        self._sweep = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        while self._idle and (self._idle[0].closed
+                              or now - self._idle[0].active_at >= KEEP_IDLE):
+            self._drop(self._idle.popleft())
+        if self._idle:
+            self._sweep = loop.call_later(
+                max(0.0, self._idle[0].active_at + KEEP_IDLE - now), self._close_idle)
 
     def _drop(self, connection: _Connection) -> None:
         connection.close()
@@ -394,6 +418,9 @@ class ConnectionPool:
             connection.close()
         self._open.clear()
         self._idle.clear()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         await self._aiohttp.aclose()
 
 

@@ -235,6 +235,7 @@ class _Connection(asyncio.Protocol):
         request = Request(self._parser.get_method().decode("latin-1"), path, query,
                           self._headers, b"" if too_large else b"".join(self._body),
                           too_large, self._peer)
+        self._body = []  # the request has it now
         if too_large or not self._parser.should_keep_alive():
             self._closing = True  # answer it, then close: the rest of its body is not read
             if self._transport is not None:

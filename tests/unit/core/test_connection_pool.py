@@ -358,3 +358,35 @@ async def test_head_goes_through_aiohttp_which_knows_its_answer_has_no_body() ->
         answer = await pool.call("HEAD", server.url + "/", headers={}, body=None,
                                  timeouts=http.Timeout(read=2, connect=2))
     assert answer.status == 200 and answer.body == b""
+
+
+async def test_connections_unused_for_a_while_are_closed_without_a_call_to_notice(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A burst opens many connections; once it is over, they do not stay open (each held its
+    TLS buffers, and a socket on the server, for as long as the scheduler ran)."""
+    monkeypatch.setattr(http, "KEEP_IDLE", 0.2)
+    async with serving(always(OK)) as server, pool_for(server.url) as pool:
+        server.hold = asyncio.Event()
+        calls = [asyncio.create_task(pool.call("GET", server.url + "/", headers={}, body=None,
+                                               timeouts=FAST)) for _ in range(3)]
+        await server.until(lambda: len(server.seen) == 3)
+        server.hold.set()
+        await asyncio.gather(*calls)
+        assert len(pool._open) == 3
+        async with asyncio.timeout(5):
+            await server.until(lambda: server.closed_by_client == 3)
+        assert not pool._open and not pool._idle
+        await pool.call("GET", server.url + "/", headers={}, body=None, timeouts=FAST)
+    assert server.connections == 4
+
+
+async def test_an_idle_connection_holds_nothing_of_the_last_answer() -> None:
+    """The adoption's listing of every job is about 200 MB: an idle connection that kept its
+    pieces held it until the next call."""
+    big = b"x" * 300_000
+    reply = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(big), big)
+    async with serving(always(reply)) as server, pool_for(server.url) as pool:
+        answer = await pool.call("GET", server.url + "/", headers={}, body=None, timeouts=FAST)
+        assert answer.body == big
+        [connection] = pool._idle
+        assert connection._chunks == []
