@@ -188,7 +188,7 @@ class _Connection(asyncio.Protocol):
     httptools' parser to see the whole answer."""
 
     def __init__(self) -> None:
-        self._parser = httptools.HttpResponseParser(self)
+        self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
         self._answer: asyncio.Future[tuple[int, str, bytes, bool]] | None = None
         self._reason = b""
@@ -198,16 +198,39 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         #: ``loop.time()`` of the last bytes read, or of the answer's end while idle.
         self.active_at = 0.0
+        self._read = 0.0
+        self._timer: asyncio.TimerHandle | None = None
 
-    def send(self, data: bytes) -> asyncio.Future[tuple[int, str, bytes, bool]]:
-        """Write a request; the future gets (status, reason, body, keep the connection)."""
+    def send(self, data: bytes, read: float | None) -> asyncio.Future[tuple[int, str, bytes, bool]]:
+        """Write a request; the future gets (status, reason, body, keep the connection), or
+        TimeoutError after ``read`` seconds without a byte of the answer."""
         assert self._transport is not None and self._answer is None
         loop = asyncio.get_running_loop()
         self._answer = loop.create_future()
         self._reason, self._chunks, self._sized, self._began = b"", [], False, False
         self.active_at = loop.time()
+        if read is not None:
+            self._read, self._timer = read, loop.call_later(read, self._check_quiet)
         self._transport.write(data)
         return self._answer
+
+    def _check_quiet(self) -> None:
+        self._timer = None
+        if self._answer is None:
+            return
+        loop = asyncio.get_running_loop()
+        quiet = loop.time() - self.active_at
+        if quiet < self._read:
+            self._timer = loop.call_later(self._read - quiet, self._check_quiet)
+        else:
+            self._fail(TimeoutError(f"no answer for {self._read:g}s"))
+
+    def _settled(self) -> None:
+        """The answer came, or will not: its timer and pieces go."""
+        self._answer, self._chunks = None, []
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     @property
     def began(self) -> bool:
@@ -219,8 +242,8 @@ class _Connection(asyncio.Protocol):
             self._transport.close()
 
     def _fail(self, exc: Exception) -> None:
-        answer, self._answer = self._answer, None
-        self._chunks = []
+        answer = self._answer
+        self._settled()
         if answer is not None and not answer.done():
             answer.set_exception(exc)
 
@@ -229,13 +252,14 @@ class _Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
 
     def data_received(self, data: bytes) -> None:
-        if self._answer is None:  # bytes no call asked for (a server's farewell): not reused
-            self.close()
+        parser = self._parser
+        if self._answer is None or parser is None:  # bytes no call asked for (a server's
+            self.close()                             # farewell): not reused
             return
         self._began = True
         self.active_at = asyncio.get_running_loop().time()
         try:
-            self._parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._fail(ConnectionError(f"an answer that is not HTTP/1.1: {exc}"))
             self.close()
@@ -249,6 +273,9 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         self._fail(ConnectionResetError("the server closed the connection before its answer "
                                         "ended") if exc is None else exc)
+        # Each refers back to this protocol: the cycles would hold the connection's TLS
+        # buffers (256 kB in uvloop) until a full garbage collection, which is rare here.
+        self._transport, self._parser = None, None
 
     # -- httptools' calls ----------------------------------------------------------------
     def on_status(self, status: bytes) -> None:
@@ -262,16 +289,16 @@ class _Connection(asyncio.Protocol):
         self._chunks.append(body)
 
     def on_message_complete(self) -> None:
-        self._complete(keep=self._parser.should_keep_alive())
+        self._complete(keep=self._parser is not None and self._parser.should_keep_alive())
 
     def _complete(self, *, keep: bool) -> None:
-        answer, self._answer = self._answer, None
+        answer, body = self._answer, b"".join(self._chunks)
         # The pieces go with the answer: kept here, an idle connection held the last one's
         # (the 200 MB listing of 11,000 jobs at adoption, until the next call).
-        body, self._chunks = b"".join(self._chunks), []
+        self._settled()
         if answer is not None and not answer.done():
-            answer.set_result((self._parser.get_status_code(),
-                               self._reason.decode("latin-1"), body, keep))
+            status = self._parser.get_status_code() if self._parser is not None else 0
+            answer.set_result((status, self._reason.decode("latin-1"), body, keep))
 
 
 #: Methods a call may make again on a new connection when a kept-open one turns out to be
@@ -318,8 +345,8 @@ class ConnectionPool:
             for attempt in (1, 2):
                 connection, reused = await self._connection(timeouts, server_hostname)
                 try:
-                    status, reason, content, keep = await self._answer(
-                        connection, request, timeouts.read)
+                    status, reason, content, keep = await connection.send(
+                        request, timeouts.read)
                 except ConnectionError:
                     self._drop(connection)
                     if reused and not connection.began and method in _IDEMPOTENT and attempt == 1:
@@ -384,26 +411,6 @@ class ConnectionPool:
     def _drop(self, connection: _Connection) -> None:
         connection.close()
         self._open.discard(connection)
-
-    async def _answer(self, connection: _Connection, request: bytes,
-                      read: float | None) -> tuple[int, str, bytes, bool]:
-        answer = connection.send(request)
-        if read is None:
-            return await answer
-        loop = asyncio.get_running_loop()
-        timers = [loop.call_later(read, lambda: check())]
-
-        def check() -> None:  # ``read`` seconds without a byte of the answer: give up
-            quiet = loop.time() - connection.active_at
-            if quiet < read:
-                timers[0] = loop.call_later(read - quiet, check)
-            elif not answer.done():
-                answer.set_exception(TimeoutError(f"no answer for {read:g}s"))
-
-        try:
-            return await answer
-        finally:
-            timers[0].cancel()
 
     @contextlib.asynccontextmanager
     async def stream(self, method: str, url: str, *, headers: Mapping[str, str],

@@ -132,7 +132,7 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, server: _Server) -> None:
         self._server = server
-        self._parser = httptools.HttpRequestParser(self)
+        self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
         self._peer = ""
         self._waiting: deque[Request] = deque()  # whole requests waiting their turn
@@ -163,9 +163,12 @@ class _Connection(asyncio.Protocol):
         self._closing = True
         self._waiting.clear()
         self._disarm()
+        # Each refers back to this protocol: the cycles would keep every closed connection
+        # (two a Pod) until a full garbage collection, which is rare here.
+        self._transport, self._parser = None, None
 
     def data_received(self, data: bytes) -> None:
-        if self._closing:
+        if self._closing or self._parser is None:
             return
         try:
             self._parser.feed_data(data)
@@ -232,6 +235,7 @@ class _Connection(asyncio.Protocol):
             raise _BadRequest(400, "Bad Request (an invalid request target)") from None
         path = (parsed.path or b"").decode("utf-8", "surrogateescape")
         query = (parsed.query or b"").decode("utf-8", "surrogateescape")
+        assert self._parser is not None  # (called by the parser)
         request = Request(self._parser.get_method().decode("latin-1"), path, query,
                           self._headers, b"" if too_large else b"".join(self._body),
                           too_large, self._peer)

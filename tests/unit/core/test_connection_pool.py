@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -390,3 +392,28 @@ async def test_an_idle_connection_holds_nothing_of_the_last_answer() -> None:
         assert answer.body == big
         [connection] = pool._idle
         assert connection._chunks == []
+
+
+async def test_a_closed_connection_is_freed_without_waiting_for_the_garbage_collector(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its parser and transport refer back to it: unbroken, the cycles held each closed
+    connection (and, under TLS, its buffers) until a full collection, which is rare."""
+    made: list[weakref.ref[http._Connection]] = []
+
+    class Tracked(http._Connection):
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(weakref.ref(self))
+
+    monkeypatch.setattr(http, "_Connection", Tracked)
+    reply = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"
+    gc.disable()
+    try:
+        async with serving(always(reply)) as server, pool_for(server.url) as pool:
+            for _ in range(3):
+                await pool.call("GET", server.url + "/", headers={}, body=None, timeouts=FAST)
+            await server.until(lambda: server.open_now == 0)
+            await asyncio.sleep(0.05)
+        assert len(made) == 3 and all(ref() is None for ref in made)
+    finally:
+        gc.enable()

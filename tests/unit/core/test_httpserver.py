@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -348,3 +350,31 @@ async def test_serving_on_a_taken_port_says_so() -> None:
     async with serving(App()) as (port, _):
         with pytest.raises(OSError, match="address in use"):
             await httpserver.serve(App(), "127.0.0.1", port, max_body=MAX_BODY)
+
+
+async def test_a_closed_connection_is_freed_without_waiting_for_the_garbage_collector(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two connections a Pod: held in cycles (the parser and the transport refer back to
+    each), they stayed until a full collection, which is rare in the scheduler."""
+    made: list[weakref.ref[httpserver._Connection]] = []
+
+    class Tracked(httpserver._Connection):
+        def __init__(self, server: httpserver._Server) -> None:
+            super().__init__(server)
+            made.append(weakref.ref(self))
+
+    monkeypatch.setattr(httpserver, "_Connection", Tracked)
+    gc.disable()
+    try:
+        async with serving(App()) as (port, _):
+            for request in (get("/a", "Connection: close"), get("/b")):
+                async with connection(port) as (reader, writer):
+                    writer.write(request)
+                    assert (await read_answer(reader)).status == 200
+            for _ in range(50):
+                if all(ref() is None for ref in made):
+                    break
+                await asyncio.sleep(0.02)
+        assert len(made) == 2 and all(ref() is None for ref in made)
+    finally:
+        gc.enable()
