@@ -192,7 +192,10 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._answer: asyncio.Future[tuple[int, str, bytes, bool]] | None = None
         self._reason = b""
-        self._chunks: list[bytes] = []
+        #: The answer's body as it comes: one buffer grown in place, so the largest answer (the
+        #: adoption's listing of every job, 200 MB at 11,000 jobs) is not held twice, as
+        #: pieces and joined, which left the scheduler 16 MiB larger after a restart.
+        self._body = bytearray()
         self._sized = False  # the answer says where it ends (Content-Length or chunked)
         self._began = False  # a byte of the answer came
         self.closed = False
@@ -207,7 +210,7 @@ class _Connection(asyncio.Protocol):
         assert self._transport is not None and self._answer is None
         loop = asyncio.get_running_loop()
         self._answer = loop.create_future()
-        self._reason, self._chunks, self._sized, self._began = b"", [], False, False
+        self._reason, self._body, self._sized, self._began = b"", bytearray(), False, False
         self.active_at = loop.time()
         if read is not None:
             self._read, self._timer = read, loop.call_later(read, self._check_quiet)
@@ -227,7 +230,7 @@ class _Connection(asyncio.Protocol):
 
     def _settled(self) -> None:
         """The answer came, or will not: its timer and pieces go."""
-        self._answer, self._chunks = None, []
+        self._answer, self._body = None, bytearray()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -286,15 +289,16 @@ class _Connection(asyncio.Protocol):
             self._sized = True
 
     def on_body(self, body: bytes) -> None:
-        self._chunks.append(body)
+        self._body += body
 
     def on_message_complete(self) -> None:
         self._complete(keep=self._parser is not None and self._parser.should_keep_alive())
 
     def _complete(self, *, keep: bool) -> None:
-        answer, body = self._answer, b"".join(self._chunks)
-        # The pieces go with the answer: kept here, an idle connection held the last one's
-        # (the 200 MB listing of 11,000 jobs at adoption, until the next call).
+        # The buffer goes with the answer, not copied (a bytearray, read as bytes are: decoded,
+        # never hashed). Kept here, an idle connection held the last answer until its next
+        # call (the 200 MB listing of 11,000 jobs at adoption).
+        answer, body = self._answer, cast(bytes, self._body)
         self._settled()
         if answer is not None and not answer.done():
             status = self._parser.get_status_code() if self._parser is not None else 0

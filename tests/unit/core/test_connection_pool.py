@@ -391,7 +391,7 @@ async def test_an_idle_connection_holds_nothing_of_the_last_answer() -> None:
         answer = await pool.call("GET", server.url + "/", headers={}, body=None, timeouts=FAST)
         assert answer.body == big
         [connection] = pool._idle
-        assert connection._chunks == []
+        assert connection._body == b""
 
 
 async def test_a_closed_connection_is_freed_without_waiting_for_the_garbage_collector(
