@@ -4,9 +4,11 @@ between phases."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import ssl
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,6 +25,21 @@ CONCURRENCY = 8
 T = TypeVar("T")
 
 
+@contextlib.contextmanager
+def stopped_cleanly() -> Iterator[None]:
+    """SIGTERM (a benchmark stopped by hand) raises SystemExit meanwhile, so the ``finally``
+    blocks run: by default Python dies at once, and the scheduler the benchmark started was
+    left running, to compete with the next runs for the two cores."""
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def on_bed(nodes: int, name: str,
            run: Callable[[cluster.Testbed, RunningScheduler], Coroutine[Any, Any, T]],
            extra: list[str] | None = None) -> T:
@@ -31,25 +48,26 @@ def on_bed(nodes: int, name: str,
     flags). Raises TestbedError."""
     started_here = False
     running: RunningScheduler | None = None
-    try:
-        tb = cluster.Testbed.load()
-        if tb is None:
-            tb = cluster.up(node_count=nodes)
-            started_here = True
-        elif tb.node_count != nodes:
-            raise TestbedError(f"the running test bed has {tb.node_count} nodes, not "
-                               f"{nodes}: `python -m testbed down` first")
-        if not procs.port_free(tb.ports["hooks"]):
-            raise TestbedError("another scheduler serves the test bed's hook port "
-                               "(a demo or a test run): stop it first")
-        running = start_scheduler(tb, name=name, hooks_port=tb.ports["hooks"], extra=extra)
-        with cluster.patient_prolog(tb):  # a real cluster's wait for the lock, not the bed's
-            return asyncio.run(run(tb, running))
-    finally:
-        if running is not None:
-            running.stop()
-        if started_here:
-            cluster.down()
+    with stopped_cleanly():
+        try:
+            tb = cluster.Testbed.load()
+            if tb is None:
+                tb = cluster.up(node_count=nodes)
+                started_here = True
+            elif tb.node_count != nodes:
+                raise TestbedError(f"the running test bed has {tb.node_count} nodes, not "
+                                   f"{nodes}: `python -m testbed down` first")
+            if not procs.port_free(tb.ports["hooks"]):
+                raise TestbedError("another scheduler serves the test bed's hook port "
+                                   "(a demo or a test run): stop it first")
+            running = start_scheduler(tb, name=name, hooks_port=tb.ports["hooks"], extra=extra)
+            with cluster.patient_prolog(tb):  # a real cluster's wait for the lock, not the bed's
+                return asyncio.run(run(tb, running))
+        finally:
+            if running is not None:
+                running.stop()
+            if started_here:
+                cluster.down()
 
 
 def kube_client(tb: cluster.Testbed) -> httpx.AsyncClient:
