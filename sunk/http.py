@@ -46,7 +46,8 @@ class Answer:
     path: str
     status: int
     reason: str
-    body: bytes
+    #: A bytearray when it came through :class:`ConnectionPool` (grown in place, not copied).
+    body: bytes | bytearray
 
     @property
     def is_error(self) -> bool:
@@ -183,6 +184,10 @@ class AiohttpTransport:
 KEEP_IDLE = 15.0
 
 
+#: What a connection makes of an answer: status, reason, body, and whether to keep it open.
+_Parsed = tuple[int, str, bytes | bytearray, bool]
+
+
 class _Connection(asyncio.Protocol):
     """One kept-open HTTP/1.1 connection: a call writes its request and waits for
     httptools' parser to see the whole answer."""
@@ -190,7 +195,7 @@ class _Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self._parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
-        self._answer: asyncio.Future[tuple[int, str, bytes, bool]] | None = None
+        self._answer: asyncio.Future[_Parsed] | None = None
         self._reason = b""
         #: The answer's body as it comes: one buffer grown in place, so the largest answer (the
         #: adoption's listing of every job, 200 MB at 11,000 jobs) is not held twice, as
@@ -204,7 +209,7 @@ class _Connection(asyncio.Protocol):
         self._read = 0.0
         self._timer: asyncio.TimerHandle | None = None
 
-    def send(self, data: bytes, read: float | None) -> asyncio.Future[tuple[int, str, bytes, bool]]:
+    def send(self, data: bytes, read: float | None) -> asyncio.Future[_Parsed]:
         """Write a request; the future gets (status, reason, body, keep the connection), or
         TimeoutError after ``read`` seconds without a byte of the answer."""
         assert self._transport is not None and self._answer is None
@@ -295,10 +300,9 @@ class _Connection(asyncio.Protocol):
         self._complete(keep=self._parser is not None and self._parser.should_keep_alive())
 
     def _complete(self, *, keep: bool) -> None:
-        # The buffer goes with the answer, not copied (a bytearray, read as bytes are: decoded,
-        # never hashed). Kept here, an idle connection held the last answer until its next
-        # call (the 200 MB listing of 11,000 jobs at adoption).
-        answer, body = self._answer, cast(bytes, self._body)
+        # The buffer goes with the answer, not copied. Kept here, an idle connection held the
+        # last answer until its next call (the 200 MB listing of 11,000 jobs at adoption).
+        answer, body = self._answer, self._body
         self._settled()
         if answer is not None and not answer.done():
             status = self._parser.get_status_code() if self._parser is not None else 0

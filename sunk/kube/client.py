@@ -59,7 +59,7 @@ class Listing(msgspec.Struct):
 _decode_listing = msgspec.json.Decoder(Listing).decode
 
 
-def _decoded(answer: http.Answer, decode: Callable[[bytes], T]) -> T:
+def _decoded(answer: http.Answer, decode: Callable[[bytes | bytearray], T]) -> T:
     """The answer decoded; an error answer, or one that is not a JSON object, raises
     KubeError with its status (and the server's message)."""
     where = f"{answer.method} {answer.path}"
@@ -137,7 +137,7 @@ def resource(path: str) -> str:
     return parts[0] + (f"/{parts[2]}" if len(parts) >= 3 else "")
 
 
-def _message(status: int, reason: str, content: bytes) -> str:
+def _message(status: int, reason: str, content: bytes | bytearray) -> str:
     """The ``message`` of a Kubernetes Status body, or what the body says otherwise."""
     try:
         body = _decode(content)

@@ -67,7 +67,7 @@ def _record(job: Any) -> dict[str, Any]:
 _Listing = TypeVar("_Listing", _JobStates, _JobListing)
 
 
-def _typed(r: http.Answer, decode: Callable[[bytes], _Listing]) -> _Listing | None:
+def _typed(r: http.Answer, decode: Callable[[bytes | bytearray], _Listing]) -> _Listing | None:
     """A listing read into typed records; None if it failed, says errors or has anything odd
     in it (then it is read as plain JSON, field by field, or its error raised)."""
     if r.is_error:

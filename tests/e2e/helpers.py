@@ -43,7 +43,7 @@ async def call_api(kube: Client, method: str = "GET", *, version: str = "v1",
                              json=json, headers=headers)
     if raise_for_status and answer.is_error:
         raise KubeError(f"{method} {url}: {answer.status} {answer.text}", status=answer.status)
-    yield httpx.Response(answer.status, content=answer.body)  # its .json(), for the tests
+    yield httpx.Response(answer.status, content=bytes(answer.body))  # its .json(), for tests
 
 
 async def kube_list(kube: Client, kind: str, *, namespace: str | None = None,
