@@ -128,9 +128,6 @@ def _not_found() -> _Answer:
     return _Answer(404, "Not Found")
 
 
-_INTERNAL_ERROR = msgspec.json.encode({"status_code": 500, "detail": "Internal Server Error"})
-
-
 def _header(request: Request, name: str) -> str:
     """A header's bytes read as Latin-1, as ASGI servers give them."""
     return request.headers.get(name.lower(), "")
@@ -361,12 +358,10 @@ def create_hooks_app(scheduler: HookScheduler, *, keys: HookKeys,
         return await job_hook(call, job_id, presented)
 
     async def handle(request: Request) -> Response:
+        """A refusal's JSON answer; any other exception is the server's to log (a 500)."""
         try:
             return await route(request)
         except _Answer as refused:
             return refused.response()
-        except Exception:
-            log.exception("hook call %s %s failed", request.method, request.path)
-            return _json(500, _INTERNAL_ERROR)
 
     return handle

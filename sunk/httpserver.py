@@ -178,7 +178,11 @@ class _Connection(asyncio.Protocol):
             cause = exc.__context__  # what a call of ours raised, if it was one
             if isinstance(cause, _BadRequest):
                 self._refuse(cause.status, str(cause))
-            elif not isinstance(cause, _Stop):
+            elif isinstance(cause, Exception) and not isinstance(cause, _Stop):
+                # a bug of ours, not the caller's bytes: its traceback, and a 500
+                log.error("reading a request from %s failed", self._peer, exc_info=cause)
+                self._refuse(500, "Internal Server Error", warn=False)
+            elif cause is None:
                 self._refuse(400, f"Bad Request ({exc})")
 
     # -- httptools' calls ----------------------------------------------------------------
@@ -278,9 +282,10 @@ class _Connection(asyncio.Protocol):
         if close:
             transport.close()
 
-    def _refuse(self, status: int, detail: str) -> None:
+    def _refuse(self, status: int, detail: str, *, warn: bool = True) -> None:
         """A request that cannot be read: say so (after the answers owed), and close."""
-        log.warning("invalid HTTP request from %s: %.300s", self._peer, detail)
+        if warn:
+            log.warning("invalid HTTP request from %s: %.300s", self._peer, detail)
         self._closing = True
         if self._answering is not None:  # the requests read whole are answered, then it closes
             return

@@ -197,10 +197,11 @@ async def test_a_server_that_says_close_gets_a_new_connection_for_the_next_call(
 
 
 async def test_a_connection_the_server_closed_while_idle_is_not_used_again() -> None:
+    """A POST (never asked twice): on the closed connection it would fail."""
     async with serving(always(OK)) as server, pool_for(server.url) as pool:
         server.close_after_answer = True
         for _ in range(2):
-            assert (await pool.call("GET", server.url + "/", headers={}, body=None,
+            assert (await pool.call("POST", server.url + "/", headers={}, body=b"x",
                                     timeouts=FAST)).status == 200
             await asyncio.sleep(0.05)  # the close reaches the pool
     assert [s.connection for s in server.seen] == [1, 2]
@@ -417,3 +418,14 @@ async def test_a_closed_connection_is_freed_without_waiting_for_the_garbage_coll
         assert len(made) == 3 and all(ref() is None for ref in made)
     finally:
         gc.enable()
+
+
+async def test_an_informational_answer_is_passed_over_for_the_final_one() -> None:
+    reply = (b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n"
+             b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    async with serving(always(reply)) as server, pool_for(server.url) as pool:
+        for _ in range(2):  # and the connection stays in step for the next call
+            answer = await pool.call("GET", server.url + "/", headers={}, body=None,
+                                     timeouts=FAST)
+            assert (answer.status, answer.body) == (200, b"ok")
+    assert server.connections == 1

@@ -485,3 +485,22 @@ async def test_a_request_that_is_not_http_is_one_warning_line_not_a_traceback(
     assert said.startswith("invalid HTTP request from 127.0.0.1:"), said
     assert "Invalid header" in said, said
     assert "\n" not in said
+
+
+async def test_a_bug_in_the_scheduler_is_a_500_and_its_traceback_and_the_api_goes_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(Scheduler):
+        async def job_started(self, job_id: int, node: str) -> tuple[str, bool] | None:
+            raise RuntimeError("a bug")
+
+    app = create_hooks_app(Broken(), keys=keys(TOKEN))
+    with caplog.at_level(logging.ERROR, logger="sunk.httpserver"):
+        async with hook_client(app) as client:
+            failed = await client.post("/hooks/v1/jobs/7/started", json={"node": "n1"},
+                                       headers=AUTH)
+            fine = await client.post("/hooks/v1/jobs/7/terminating", json={"node": "n1"},
+                                     headers=AUTH)
+    assert failed.status_code == 500
+    assert failed.json() == {"status_code": 500, "detail": "Internal Server Error"}
+    assert fine.status_code == 200
+    assert any(r.exc_info and "a bug" in str(r.exc_info[1]) for r in caplog.records)

@@ -13,6 +13,7 @@ import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+import httptools
 import pytest
 
 from sunk import httpserver
@@ -378,3 +379,21 @@ async def test_a_closed_connection_is_freed_without_waiting_for_the_garbage_coll
         assert len(made) == 2 and all(ref() is None for ref in made)
     finally:
         gc.enable()
+
+
+async def test_a_bug_in_reading_a_request_is_a_500_with_its_traceback_not_a_400(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The caller's bytes were fine: it is not told they were not, and the log has the bug."""
+    def broken(url: bytes) -> object:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(httptools, "parse_url", broken)
+    app = App()
+    with caplog.at_level(logging.DEBUG, logger="sunk.httpserver"):
+        async with serving(app) as (port, _), connection(port) as (reader, writer):
+            writer.write(get("/x"))
+            answer = await read_answer(reader)
+            assert await closed(reader)
+    assert answer.status == 500 and app.seen == []
+    [record] = [r for r in caplog.records if r.name == "sunk.httpserver"]
+    assert record.levelno == logging.ERROR and record.exc_info is not None
