@@ -20,6 +20,8 @@ FAILED_LAUNCH_HOLDS = frozenset({"launch_failed_requeued_held"})
 #: Slurm job states after which the job holds nothing.
 FINISHED_STATES = frozenset({"CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "PREEMPTED",
                              "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
+#: Pod phases after which the Pod holds nothing: its job is released.
+ENDED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 class Step(enum.Enum):
@@ -61,9 +63,16 @@ class JobView:
             self.state == "PENDING" and self.reason in FAILED_LAUNCH_HOLDS))
 
 
+def waiting(job: JobView | None) -> bool:
+    """The job leaves its Pod where it is: pending for an ordinary reason, or running with its
+    script not started yet. Between two such views of a job :func:`decide` gives any Pod the
+    same step, so the change needs no new look at the Pod (only its line on the dashboard)."""
+    return job is not None and not (job.finished or job.started or job.launch_failed)
+
+
 def decide(pod: PodView | None, job: JobView | None) -> Step:
     """The next step. ``pod`` None: the Pod is gone from the API server."""
-    if pod is None or pod.deleting or pod.phase in ("Succeeded", "Failed"):
+    if pod is None or pod.deleting or pod.phase in ENDED_PHASES:
         return Step.CANCEL_JOB if job is not None and not job.finished else Step.NOTHING
     if pod.rejected:
         return Step.NOTHING

@@ -18,12 +18,13 @@ annotating submits nothing twice.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 
 from sunk import kube, metrics, ownership, podplan
 from sunk.cluster import Cluster
-from sunk.decide import JobView, PodView
+from sunk.decide import ENDED_PHASES, JobView, PodView, waiting
 from sunk.executor import Executor, RetryLater
 from sunk.gangreconcile import GangReconciler
 from sunk.policy.loader import PolicyStore
@@ -36,6 +37,16 @@ from sunk.translate import TranslateSettings
 from sunk.workqueue import WorkQueue
 
 log = logging.getLogger("sunk.scheduler")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Settled:
+    """What a Pod's last successful reconcile left: the Pod as it read it with its own writes
+    on top (:meth:`Scheduler._as_reconciled`), and the Pod's job as Slurm had it then."""
+
+    pod: tuple[object, ...]
+    job_id: int | None
+    job: JobView | None
 
 
 class Scheduler:
@@ -59,6 +70,14 @@ class Scheduler:
         cluster.usage.freed = self._room_freed
         #: Pods waiting for room on some Node: woken when a Pod leaves a Node.
         self._waiting_for_room: set[str] = set()
+        #: Pod key -> what its last successful reconcile left (:class:`Settled`). A watch
+        #: event that shows the Pod so is the echo of its writes, or a change no reconcile
+        #: reads (kwok's container statuses, a running phase); a job's change between two
+        #: waiting states (:func:`sunk.decide.waiting`) cannot change its Pod's step. Either
+        #: only brings the Pod's dashboard line up to date: about half the looks a Pod took.
+        #: Dropped when a reconcile of the Pod starts, fails or finds it gone (a Pod not
+        #: settled is always looked at).
+        self._settled: dict[str, Settled] = {}
         watch.wake, watch.stuck = self.wake, self.job_stuck
         cluster.health.on_slurm_back.append(self._slurm_back)
         cluster.health.on_kube_back.append(self._kube_back)
@@ -87,8 +106,18 @@ class Scheduler:
                      ", ".join(self.settings.namespaces() or ["all namespaces"]))
 
     def wake(self, who: PodIdentity) -> None:
-        """Reconcile the Pod a job of ours is for."""
-        self.queue.add(who.key)
+        """Reconcile the Pod a job of ours is for, unless the job only went from one waiting
+        state to another since the Pod was settled: then only its dashboard line changes."""
+        key = who.key
+        settled = self._settled.get(key)
+        if settled is not None and waiting(settled.job) and settled.pod[0] == who.uid:
+            job_id, job = self._job_cached(who.uid)
+            if job_id == settled.job_id and job is not None and waiting(job) and (
+                    record := self.cluster.state.pods.get(key)) is not None:
+                self._show_job(record, job)
+                self._settled[key] = dataclasses.replace(settled, job=job)
+                return
+        self.queue.add(key)
 
     def _requeue_all(self) -> None:
         for pod in self.cluster.pods():
@@ -119,6 +148,7 @@ class Scheduler:
     async def _work(self) -> None:
         while True:
             key = await self.queue.get()
+            self._settled.pop(key, None)  # an event while it runs is never taken for an echo
             try:
                 await self.reconcile(key)
             except Exception as exc:  # a bug or an outage must not stop the worker
@@ -149,11 +179,30 @@ class Scheduler:
         if kind == "DELETED":
             uid = pod["metadata"].get("uid", "")
             self.executor.memory.forget(uid)
+            self._settled.pop(key, None)
             # The Pod object is gone: release its job now (reconcile no longer sees the Pod).
             if (job_id := self.cluster.jobs.by_uid.get(uid)) is not None:
                 self.queue.add(f"{key}#{uid}#{job_id}")
             return
+        if gang_key is None and (settled := self._settled.get(key)) is not None and (
+                settled.pod == self._as_reconciled(pod)) and (
+                record := self.cluster.state.pods.get(key)) is not None:
+            _show_pod(record, pod)
+            return
         self.queue.add(key)
+
+    def _as_reconciled(self, pod: kube.Obj) -> tuple[object, ...]:
+        """What a reconcile reads of the Pod itself, with the scheduler's writes not yet
+        watched on top (its job comes from Slurm, and wakes the Pod when it changes): the
+        Pod's identity and spec (a spec change bumps ``generation``), whether it is deleted,
+        ended or bound, and the annotations the scheduler owns."""
+        meta = pod["metadata"]
+        annotations = meta.get("annotations") or {}
+        written = self.cluster.assumed.pending_annotations(meta.get("uid", ""))
+        return (meta.get("uid"), meta.get("generation"), bool(meta.get("deletionTimestamp")),
+                (pod.get("status") or {}).get("phase") in ENDED_PHASES,
+                self.cluster.assumed.is_bound(pod),
+                *(written[k] if k in written else annotations.get(k) for k in self.owned.all))
 
     async def _collect_garbage(self, interval: float = 30.0) -> None:
         """Jobs of ours whose Pod no longer exists are cancelled (a missed DELETED event, or a
@@ -218,6 +267,9 @@ class Scheduler:
                 pod, decision, self.cluster.snapshot(), self.translate_settings,
                 annotation_prefix=self.settings.annotation_prefix, first_try=tries == 0)
             await self.executor.apply_pod(pod, record, submission, tries=tries)
+        if gang_key is None:  # done: the watch's echo of what it wrote needs no second look
+            self._settled[key] = Settled(self._as_reconciled(pod),
+                                         *self._job_cached(pod["metadata"]["uid"]))
 
     async def _facts(self, pod: kube.Obj) -> podplan.PodFacts:
         meta = pod["metadata"]
@@ -273,20 +325,37 @@ class Scheduler:
         return JobView(state=job.state, started=job.started, node=job.nodes,
                        reason=job.reason if job.state == "PENDING" else "")
 
+    def _job_cached(self, uid: str) -> tuple[int | None, JobView | None]:
+        """The Pod's newest job as the job table has it (no read from Slurm)."""
+        job_id = self.cluster.jobs.by_uid.get(uid)
+        job = self.cluster.jobs.get(job_id) if job_id is not None else None
+        if job is None or job.owner is None or job.owner.uid != uid:
+            return job_id, None
+        return job_id, JobView(state=job.state, started=job.started, node=job.nodes,
+                               reason=job.reason if job.state == "PENDING" else "")
+
     def _record(self, pod: kube.Obj, facts: podplan.PodFacts) -> PodRecord:
         """The Pod's line on the dashboard, brought up to date."""
-        meta, view, job = pod["metadata"], facts.view, facts.job
+        meta, view = pod["metadata"], facts.view
         rec = self.cluster.state.record(meta["namespace"], meta["name"], meta["uid"],
                                         kube.created(pod))
-        rec.phase = "Terminating" if view.deleting else view.phase
+        _show_pod(rec, pod)
         rec.job_id = view.job_id
-        rec.k8s_node = (pod.get("spec") or {}).get("nodeName") or ""
         if view.rejected:
             rec.rejected = facts.owned.rejected
-        if job is not None:
-            if job.state != rec.job_state:
-                rec.note(f"job {job.state.lower()}")
-            rec.job_state, rec.slurm_node = job.state, job.node
-            cached = self.cluster.jobs.get(view.job_id or -1)
-            rec.pending_reason = cached.reason if cached and job.state == "PENDING" else ""
+        if facts.job is not None:
+            self._show_job(rec, facts.job)
         return rec
+
+    @staticmethod
+    def _show_job(rec: PodRecord, job: JobView) -> None:
+        if job.state != rec.job_state:
+            rec.note(f"job {job.state.lower()}")
+        rec.job_state, rec.slurm_node, rec.pending_reason = job.state, job.node, job.reason
+
+
+def _show_pod(rec: PodRecord, pod: kube.Obj) -> None:
+    """The dashboard line's fields that come from the Pod itself."""
+    rec.phase = ("Terminating" if (pod.get("metadata") or {}).get("deletionTimestamp")
+                 else (pod.get("status") or {}).get("phase", "Pending"))
+    rec.k8s_node = (pod.get("spec") or {}).get("nodeName") or ""

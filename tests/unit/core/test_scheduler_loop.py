@@ -421,6 +421,234 @@ async def test_a_pod_waiting_for_room_looks_again_as_soon_as_a_pod_leaves_a_node
         await stop(worker)
 
 
+def counted(scheduler: Scheduler, gate: asyncio.Event | None = None) -> list[str]:
+    """The keys the scheduler's workers reconcile, in turn (each waits for ``gate``)."""
+    seen: list[str] = []
+    reconcile = scheduler.reconcile
+
+    async def counting(key: str) -> None:
+        seen.append(key)
+        if gate is not None:
+            await gate.wait()
+        await reconcile(key)
+
+    scheduler.reconcile = counting  # type: ignore[method-assign]
+    return seen
+
+
+async def quiet(scheduler: Scheduler) -> None:
+    """Until the queue is empty and no worker holds a key."""
+    await until(lambda: len(scheduler.queue) == 0 and not scheduler.queue._active)
+    await asyncio.sleep(0.02)
+    await until(lambda: len(scheduler.queue) == 0 and not scheduler.queue._active)
+
+
+async def test_the_watchs_echo_of_the_schedulers_own_writes_is_not_reconciled_again(
+        loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    seen = counted(scheduler)
+    worker = asyncio.create_task(scheduler._work())
+    try:
+        bed.add_pod(pod(generation=1))
+        await until(lambda: len(bed.kube.calls("PATCH", POD_PATH)) == 1)
+        await quiet(scheduler)
+        assert seen == ["ns/p"]
+        # the annotations it wrote come back, then kwok's status, then a label someone adds
+        bed.add_pod(pod(generation=1, annotations=owned(41), resourceVersion="11"), "MODIFIED")
+        echo = pod(generation=1, annotations=owned(41), resourceVersion="12")
+        echo["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled",
+                                                               "status": "False"}]}
+        bed.add_pod(echo, "MODIFIED")
+        bed.add_pod(pod(generation=1, annotations=owned(41), resourceVersion="13",
+                        labels={"team": "a"}), "MODIFIED")
+        assert len(scheduler.queue) == 0
+        await quiet(scheduler)
+        assert seen == ["ns/p"], "nothing it reads changed"
+        bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
+        scheduler.wake(who())  # the job-side still wakes it
+        await until(lambda: len(bed.kube.calls("POST", f"{POD_PATH}/binding")) == 1)
+        await quiet(scheduler)
+        assert seen == ["ns/p", "ns/p"]
+        bound = pod(generation=1, annotations=owned(41), resourceVersion="14", node="node-a")
+        bed.add_pod(bound, "MODIFIED")  # the binding's echo
+        assert len(scheduler.queue) == 0
+    finally:
+        await stop(worker)
+
+
+CHANGES_A_RECONCILE_READS: dict[str, dict[str, Any]] = {
+    "deleted": {"deletionTimestamp": "2025-01-01T00:01:00Z"},
+    "a new spec": {"generation": 2},
+    "another job id": {"annotations": owned(99)},
+    "its pod-uid annotation removed": {"annotations": {JOB_ID: "41"}},
+    "marked rejected": {"annotations": {**owned(41), REJECTED: "PolicyDenied"}},
+    "bound by someone else": {"node": "node-a"},
+    "a new Pod of that name": {"uid": "bbbb-0002"},
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES_A_RECONCILE_READS))
+async def test_a_change_a_reconcile_reads_is_reconciled_after_a_settled_one(
+        loop: Loop, change: str) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    seen = counted(scheduler)
+    # as the API server answers a write: the version it made (the watch shows it, or later)
+    bed.kube.routes[("PATCH", POD_PATH)] = answer(200, {"metadata": {"resourceVersion": "11"}})
+    worker = asyncio.create_task(scheduler._work())
+    try:
+        bed.add_pod(pod(generation=1))
+        await until(lambda: len(bed.kube.calls("PATCH", POD_PATH)) == 1)
+        await quiet(scheduler)
+        fields: dict[str, Any] = {"generation": 1, "annotations": owned(41),
+                                  "resourceVersion": "12", **CHANGES_A_RECONCILE_READS[change]}
+        bed.add_pod(pod(**fields), "MODIFIED")
+        await quiet(scheduler)
+        assert len(seen) >= 2, "looked at again"  # (a new Pod's job-id repair: more looks)
+    finally:
+        await stop(worker)
+
+
+@pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
+async def test_an_ended_pod_is_reconciled_and_its_job_released(loop: Loop, phase: str) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    seen = counted(scheduler)
+    worker = asyncio.create_task(scheduler._work())
+    try:
+        bed.add_pod(pod())
+        await quiet(scheduler)
+        ended = pod(annotations=owned(41), resourceVersion="11")
+        ended["status"] = {"phase": phase}
+        bed.add_pod(ended, "MODIFIED")
+        await until(lambda: len(bed.slurm.calls("DELETE", f"{SLURM}/job/41")) == 1)
+        await quiet(scheduler)
+        assert seen == ["ns/p", "ns/p"]
+        assert bed.cluster.state.pods["ns/p"].phase == phase
+    finally:
+        await stop(worker)
+
+
+async def test_a_running_phase_only_updates_the_dashboard(loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    seen = counted(scheduler)
+    worker = asyncio.create_task(scheduler._work())
+    try:
+        bed.add_pod(pod())
+        await quiet(scheduler)
+        running = pod(annotations=owned(41), resourceVersion="11", node="node-a")
+        running["status"] = {"phase": "Running"}
+        bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
+        scheduler.wake(who())
+        await until(lambda: len(bed.kube.calls("POST", f"{POD_PATH}/binding")) == 1)
+        await quiet(scheduler)
+        bed.add_pod(running, "MODIFIED")  # bound (its echo), and kwok runs it
+        await quiet(scheduler)
+        assert seen == ["ns/p", "ns/p"]
+        record = bed.cluster.state.pods["ns/p"]
+        assert (record.phase, record.k8s_node) == ("Running", "node-a")
+        terminating = pod(annotations=owned(41), resourceVersion="12", node="node-a",
+                          deletionTimestamp="2025-01-01T00:01:00Z")
+        bed.add_pod(terminating, "MODIFIED")
+        await quiet(scheduler)
+        assert seen == ["ns/p"] * 3 and record.phase == "Terminating"
+    finally:
+        await stop(worker)
+
+
+async def test_a_failed_reconcile_leaves_the_next_event_to_be_reconciled(loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    seen = counted(scheduler)
+    scheduler.queue = WorkQueue(base_delay=60)  # no retry within the test: only events
+    bed.slurm.routes[("POST", SUBMIT)] = answer(500, {"errors": [{"error": "down"}]})
+    worker = asyncio.create_task(scheduler._work())
+    try:
+        bed.add_pod(pod())
+        await until(lambda: scheduler.queue.failures("ns/p") == 1)
+        await quiet(scheduler)
+        bed.add_pod(pod(resourceVersion="11"), "MODIFIED")  # the same Pod, as it was
+        await quiet(scheduler)
+        assert seen == ["ns/p", "ns/p"], "not taken for an echo: nothing was written"
+    finally:
+        await stop(worker)
+
+
+async def test_an_event_while_its_pod_is_reconciled_is_reconciled_after(loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    gate = asyncio.Event()
+    gate.set()
+    seen = counted(scheduler, gate)
+    worker = asyncio.create_task(scheduler._work())
+    try:
+        bed.add_pod(pod())
+        await quiet(scheduler)  # submitted, its job id written: settled
+        gate.clear()
+        bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
+        scheduler.wake(who())  # its job started: a reconcile starts, and waits
+        await until(lambda: len(seen) == 2)
+        bed.add_pod(pod(annotations=owned(41), resourceVersion="11"), "MODIFIED")
+        gate.set()
+        await quiet(scheduler)
+        assert seen == ["ns/p"] * 3, "what the running reconcile read is not known: again"
+    finally:
+        await stop(worker)
+
+
+# -- a job's change while its Pod is settled --------------------------------------------------
+
+JOB_CHANGES: dict[str, tuple[dict[str, Any], bool]] = {
+    # what the job becomes -> whether its Pod is looked at again
+    "running, its script not started": ({"state": "RUNNING", "nodes": "slurm-1"}, False),
+    "pending for another reason": ({"state": "PENDING", "reason": "Priority"}, False),
+    "started": ({"state": "RUNNING", "nodes": "slurm-1", "started": True}, True),
+    "cancelled": ({"state": "CANCELLED"}, True),
+    "completed": ({"state": "COMPLETED"}, True),
+    "held after its launch failed": ({"state": "PENDING",
+                                      "reason": "launch_failed_requeued_held"}, True),
+    "failed to launch": ({"state": "NODE_FAIL"}, True),
+}
+
+
+@pytest.mark.parametrize("change", sorted(JOB_CHANGES))
+async def test_a_jobs_change_is_reconciled_unless_it_leaves_the_pod_waiting(
+        loop: Loop, change: str) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    seen = counted(scheduler)
+    worker = asyncio.create_task(scheduler._work())
+    try:
+        bed.add_pod(pod())
+        await quiet(scheduler)
+        fields, looked_at = JOB_CHANGES[change]
+        bed.cluster.jobs.learn(job(41, **fields))
+        scheduler.wake(who())
+        await quiet(scheduler)
+        assert seen == ["ns/p"] * (2 if looked_at else 1)
+        record = bed.cluster.state.pods["ns/p"]
+        assert (record.job_state, record.pending_reason) == (
+            fields["state"], fields.get("reason", "") if fields["state"] == "PENDING" else "")
+        if not looked_at:
+            assert any(t.what == f"job {fields['state'].lower()}" for t in record.history) or (
+                fields["state"] == "PENDING")
+    finally:
+        await stop(worker)
+
+
+async def test_a_job_change_of_a_pod_not_settled_is_reconciled(loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    seen = counted(scheduler)
+    scheduler.queue = WorkQueue(base_delay=60)
+    bed.kube.routes[("PATCH", POD_PATH)] = answer(500, {"message": "etcd is down"})
+    worker = asyncio.create_task(scheduler._work())
+    try:
+        bed.add_pod(pod())  # submitted, but its job id could not be written: a retry is due
+        await until(lambda: scheduler.queue.failures("ns/p") == 1)
+        await quiet(scheduler)
+        bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1"))
+        scheduler.wake(who())
+        await quiet(scheduler)
+        assert seen == ["ns/p"] * 2
+    finally:
+        await stop(worker)
+
+
 # -- a gang ---------------------------------------------------------------------------------------
 
 def gang_pod(i: int, size: int = 3, **kw: Any) -> dict[str, Any]:
