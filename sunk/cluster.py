@@ -75,7 +75,7 @@ class Cluster:
             kube.Subset(self.all_pods, functools.partial(self._names_us, ns), namespace=ns,
                         handler=self._on_pod)
             for ns in watched]
-        self.node_informer = kube.Informer(api, "nodes", handler=self._on_other)
+        self.node_informer = kube.Informer(api, "nodes", handler=self._on_node_event)
         self.slurmd_informer = kube.Informer(
             api, "pods", namespace=settings.slurmd_namespace,
             label_selector=settings.slurmd_label_selector, handler=self._on_other)
@@ -94,6 +94,11 @@ class Cluster:
         self.gang_handlers: list[Callable[[str], None]] = []
         self.slurmd_selector = label_terms(settings.slurmd_label_selector)
         self.usage = fit.NodeUsage(staying=self._stays_beside_slurm, reserved=self._reserved)
+        #: Nodes whose placement facts changed, and each kind of Pod's excluded Slurm nodes
+        #: brought up to date from them (not every Node looked at for every submission).
+        self.node_changes = placement.NodeChanges()
+        self.exclusions = placement.Exclusions(self.node_changes)
+        self.usage.changed = self.node_changes.add
         #: Node name -> the Pods bound to it, by key (a lock looks at one Node's Pods).
         self._on_node: dict[str, dict[str, kube.Obj]] = {}
         self._node_of: dict[str, str] = {}
@@ -168,6 +173,10 @@ class Cluster:
 
     def _on_other(self, kind: str, obj: kube.Obj) -> None:
         self.assumed.observe(kind, obj)
+
+    def _on_node_event(self, kind: str, node: kube.Obj) -> None:
+        self.assumed.observe(kind, node)
+        self.node_changes.add((node.get("metadata") or {}).get("name", ""))
 
     # -- gangs ---------------------------------------------------------------------------------
     def _track_gang(self, kind: str, pod: kube.Obj) -> None:
@@ -376,6 +385,6 @@ class Cluster:
             for name, n in self.node_informer.cache.items()}
         snapshot = placement.Snapshot(slurm_to_k8s=self.index().to_k8s, nodes=nodes,
                                       slurm_nodes=self.slurm_node_names,
-                                      used=self.usage.used)
+                                      used=self.usage.used, exclusions=self.exclusions)
         self._snapshot = (version, snapshot)
         return snapshot

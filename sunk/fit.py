@@ -150,6 +150,8 @@ class NodeUsage:
 
     #: Called with a Node whose room grew (a Pod there ended, went, or moved off it).
     freed: Any = None
+    #: Called with a Node whose used requests changed (either way).
+    changed: Any = None
 
     def observe(self, kind: str, pod: Mapping[str, Any]) -> None:
         uid = (pod.get("metadata") or {}).get("uid", "")
@@ -188,6 +190,8 @@ class NodeUsage:
             self._requests[uid] = (generation, wants)
         self._held[uid] = (node, wants, reserved)
         _add(self._used.setdefault(node, {}), wants)
+        if self.changed is not None:
+            self.changed(node)
         if reserved:
             _add(self._reserved.setdefault(node, {}), wants)
 
@@ -197,6 +201,8 @@ class NodeUsage:
             return
         node, wants, reserved = held
         _add(self._used[node], wants, -1)
+        if self.changed is not None:
+            self.changed(node)
         if reserved:
             _add(self._reserved[node], wants, -1)
 

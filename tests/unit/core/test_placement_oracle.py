@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sunk import fit
@@ -16,6 +17,8 @@ from sunk.placement import (
     LOCK_TAINT,
     NO_ROOM,
     UNMAPPED,
+    Exclusions,
+    NodeChanges,
     NodeInfo,
     Snapshot,
     excluded_slurm_nodes,
@@ -250,3 +253,72 @@ def test_excluded_nodes_and_reasons_match_the_per_node_reference() -> None:
     # Every outcome occurred, so the comparison above covered each path.
     assert reasons_seen == {"", UNMAPPED, CORDONED, "taint", "nodeSelector",
                             "required node affinity", NO_ROOM}
+
+
+# -- the memo: each kind of Pod's exclusions, brought up to date Node by Node ------------------
+
+@dataclass
+class World:
+    """What placement reads, changed step by step."""
+
+    to_k8s: Mapping[str, str]
+    slurm_nodes: frozenset[str] | None
+    nodes: dict[str, NodeInfo]
+    used: dict[str, dict[str, int]]
+
+    def snapshot(self, memo: Exclusions | None) -> Snapshot:
+        """As ``Cluster.snapshot`` builds one: new Node records, the mappings kept as they
+        are until they change."""
+        used = self.used
+        return Snapshot(slurm_to_k8s=self.to_k8s, nodes=dict(self.nodes),
+                        slurm_nodes=self.slurm_nodes, used=lambda node: used.get(node, {}),
+                        exclusions=memo)
+
+
+def test_the_memo_answers_as_a_full_look_through_any_sequence_of_changes() -> None:
+    """Nodes changed, added and removed, requests bound and released, Slurm nodes remapped,
+    the change log cut and kinds of Pod evicted from the memo: after each, the memo's answer
+    for every kind of Pod is a full look's."""
+    rng = random.Random(20261126)
+    outcomes: set[str] = set()
+    for _ in range(40):
+        base = random_snapshot(rng)
+        names = [f"k{i}" for i in range(len(base.slurm_to_k8s))]
+        world = World(base.slurm_to_k8s, base.slurm_nodes, dict(base.nodes),
+                      {n: random_amounts(rng, 1) for n in names})
+        changes = NodeChanges(limit=rng.choice((4, 16, 4096)))
+        memo = Exclusions(changes, kinds=rng.choice((2, 64)))
+        pods = [random_pod(rng, names) for _ in range(rng.randint(1, 6))]
+        for _ in range(60):
+            change = rng.choice(("node", "node", "gone", "used", "used", "used", "remap"))
+            name = rng.choice(names)
+            if change == "node":
+                world.nodes[name] = random_node(rng, name)
+                changes.add(name)
+            elif change == "gone":
+                world.nodes.pop(name, None)
+                changes.add(name)
+            elif change == "used":
+                world.used[name] = random_amounts(rng, 1)
+                changes.add(name)
+            else:  # a slurmd Pod moved: a new mapping (as a new node index is)
+                world.to_k8s = {**world.to_k8s,
+                                rng.choice(list(world.to_k8s)): rng.choice([*names, ""])}
+            outcomes.add(change)
+            for pod in rng.sample(pods, rng.randint(1, len(pods))):
+                assert memo.excluded(pod, world.snapshot(memo)) == excluded_slurm_nodes(
+                    pod, world.snapshot(None)), (change, pod)
+    assert outcomes == {"node", "gone", "used", "remap"}
+
+
+def test_the_change_log_forgets_what_is_older_than_its_limit() -> None:
+    changes = NodeChanges(limit=3)
+    start = changes.position
+    for name in ("a", "b", "a"):
+        changes.add(name)
+    assert changes.since(start) == {"a", "b"}
+    middle = changes.position
+    changes.add("c")  # the log is cut: what came before is forgotten
+    assert changes.since(start) is None
+    assert changes.since(middle) == {"c"}
+    assert changes.since(changes.position) == set()

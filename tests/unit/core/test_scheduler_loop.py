@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import pytest
 
 from sunk.executor import RetryLater
@@ -111,6 +112,37 @@ async def test_a_slurm_node_on_a_tainted_node_is_excluded(loop: Loop) -> None:
     await loop.scheduler.reconcile("ns/p")
     (sent,) = bed.slurm.calls("POST", SUBMIT)
     assert sent["job"]["excluded_nodes"] == ["slurm-2"]
+
+
+async def test_a_nodes_taint_and_its_bound_pods_reach_the_next_submissions_exclusions(
+        loop: Loop) -> None:
+    """Exclusions are kept per kind of Pod and brought up to date from the Node events and
+    the bindings the cluster model sees: each must reach them."""
+    bed, scheduler = loop.bed, loop.scheduler
+    put(bed.cluster.node_informer, node("node-b"))
+    put(bed.cluster.slurmd_informer, slurmd("slurm-2", "node-b"))
+    ids = iter(range(41, 50))
+    bed.slurm.routes[("POST", SUBMIT)] = lambda _: httpx.Response(200, json={
+        "job_id": next(ids)})
+
+    async def excluded_for(name: str, uid: str) -> list[str]:
+        put(bed.cluster.pod_informers[0], pod(uid, name=name))
+        await scheduler.reconcile(f"ns/{name}")
+        return list(bed.slurm.calls("POST", SUBMIT)[-1]["job"].get("excluded_nodes", []))
+
+    assert await excluded_for("p1", "aaaa-0001") == []
+    tainted = node("node-b", taints=[{"key": "gpu", "value": "broken", "effect": "NoSchedule"}])
+    put(bed.cluster.node_informer, tainted)
+    bed.cluster._on_node_event("MODIFIED", tainted)  # as the Node informer calls it
+    assert await excluded_for("p2", "aaaa-0002") == ["slurm-2"]
+    put(bed.cluster.node_informer, node("node-b"))
+    bed.cluster._on_node_event("MODIFIED", node("node-b"))
+    assert await excluded_for("p3", "aaaa-0003") == []
+    hog = pod("ffff-0006", name="hog", node="node-b", requests={"cpu": "15", "memory": "1Gi"})
+    bed.cluster._on_any_pod("ADDED", hog)  # bound there: 1 of its 16 CPUs left
+    assert await excluded_for("p4", "aaaa-0004") == ["slurm-2"]
+    bed.cluster._on_any_pod("DELETED", hog)
+    assert await excluded_for("p5", "aaaa-0005") == []
 
 
 async def test_a_pod_whose_namespace_is_not_cached_waits(loop: Loop) -> None:
