@@ -124,7 +124,12 @@ def pods(scheduler: SchedulerView, now: float, *, namespace: str = "", state: st
     matching = 0
     end = offset + limit
     ranks = gang_ranks(scheduler)
-    for key in sorted(records):
+    keys = sorted(records)
+    if not (namespace or query or state):  # every Pod matches: only the page's are looked at
+        rows = [_pod_row(scheduler, records[key], now, ranks) for key in keys[offset:end]]
+        return PodList(total=len(records), matching=len(records), offset=offset, limit=limit,
+                       namespaces=namespaces, pods=rows)
+    for key in keys:
         rec = records[key]
         if namespace and rec.namespace != namespace:
             continue
