@@ -33,7 +33,7 @@ class Step(enum.Enum):
     DELETE_POD = "delete-pod"    # the job ended from Slurm's side: the Pod goes too
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodView:
     phase: str = "Pending"
     bound: bool = False
@@ -42,7 +42,7 @@ class PodView:
     rejected: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobView:
     """The job as last seen in Slurm; ``None`` in place of a JobView means Slurm has no such job."""
 

@@ -18,9 +18,9 @@ annotating submits nothing twice.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import gc
 import logging
+from typing import NamedTuple
 
 from sunk import kube, metrics, ownership, podplan
 from sunk.cluster import Cluster
@@ -39,14 +39,14 @@ from sunk.workqueue import WorkQueue
 log = logging.getLogger("sunk.scheduler")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Settled:
+class Settled(NamedTuple):
     """What a Pod's last successful reconcile left: the Pod as it read it with its own writes
-    on top (:meth:`Scheduler._as_reconciled`), and the Pod's job as Slurm had it then."""
+    on top (:meth:`Scheduler._as_reconciled`), its job, and whether that job was waiting
+    (:func:`sunk.decide.waiting`). A plain tuple: one for each of 10,000 Pods."""
 
     pod: tuple[object, ...]
     job_id: int | None
-    job: JobView | None
+    job_waiting: bool
 
 
 class Scheduler:
@@ -110,12 +110,11 @@ class Scheduler:
         state to another since the Pod was settled: then only its dashboard line changes."""
         key = who.key
         settled = self._settled.get(key)
-        if settled is not None and waiting(settled.job) and settled.pod[0] == who.uid:
+        if settled is not None and settled.job_waiting and settled.pod[0] == who.uid:
             job_id, job = self._job_cached(who.uid)
             if job_id == settled.job_id and job is not None and waiting(job) and (
                     record := self.cluster.state.pods.get(key)) is not None:
                 self._show_job(record, job)
-                self._settled[key] = dataclasses.replace(settled, job=job)
                 return
         self.queue.add(key)
 
@@ -270,8 +269,9 @@ class Scheduler:
                 annotation_prefix=self.settings.annotation_prefix, first_try=tries == 0)
             await self.executor.apply_pod(pod, record, submission, tries=tries)
         if gang_key is None:  # done: the watch's echo of what it wrote needs no second look
-            self._settled[key] = Settled(self._as_reconciled(pod),
-                                         *self._job_cached(pod["metadata"]["uid"]))
+            newest, view = self._job_cached(pod["metadata"]["uid"])
+            self._settled[key] = Settled(self._as_reconciled(pod), newest,
+                                         view is not None and waiting(view))
 
     async def _facts(self, pod: kube.Obj) -> podplan.PodFacts:
         meta = pod["metadata"]

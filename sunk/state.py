@@ -18,6 +18,28 @@ HISTORY = 50
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(dict[str, Any]).decode
+#: What the JSON of the jobs sunk submits has in common (``sunk.translate``'s fields and fixed
+#: values), preset as the compression's dictionary: a record's job takes about 160 bytes
+#: instead of 370 (11,000 Pods: 2 MB less).
+_JOB_ZDICT = (
+    b'{"name":"pod:","admin_comment":"sunk-pod-uid= scheduler=","script":"#!/bin/sh\\nexec ",'
+    b'"extra":"sunk-pod= uid= scheduler=","nodes":"1","tasks":1,"cpus_per_task":1,'
+    b'"memory_per_node":{"set":true,"number":},"current_working_directory":"/tmp",'
+    b'"environment":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",'
+    b'"SUNK_JOB_EXTRA=sunk-pod= uid= scheduler=","SUNK_POD_NAMESPACE=","SUNK_POD_NAME=",'
+    b'"SUNK_POD_UID=","SUNK_KILL_WAIT="],"user_id":"0","group_id":"0","excluded_nodes":[],'
+    b'"partition":"","account":"","qos":"","exclusive":"user","time_limit":')
+
+
+def pack_job(job: Mapping[str, Any]) -> bytes:
+    """A submitted job as compressed JSON (against :data:`_JOB_ZDICT`)."""
+    packer = zlib.compressobj(1, zdict=_JOB_ZDICT)
+    return packer.compress(_encode(job)) + packer.flush()
+
+
+def unpack_job(packed: bytes) -> dict[str, Any]:
+    unpacker = zlib.decompressobj(zdict=_JOB_ZDICT)
+    return _decode(unpacker.decompress(packed) + unpacker.flush())
 
 
 @dataclass(slots=True)
@@ -44,9 +66,9 @@ class PodRecord:
     bound_at: float | None = None
     rejected: str = ""
     last_event: str = ""
-    #: The job sunk submitted for it, as compressed JSON (:attr:`job_description`): about
-    #: 0.5 kB a Pod, where the JSON took 1.1 kB and the dict 2.3 kB (the dashboard's Pod page
-    #: reads it, one Pod at a time).
+    #: The job sunk submitted for it, as compressed JSON (:attr:`job_description`,
+    #: :func:`pack_job`): about 0.2 kB a Pod, where the JSON took 1.1 kB and the dict 2.3 kB
+    #: (the dashboard's Pod page reads it, one Pod at a time).
     job_description_packed: bytes = b""
     #: Its transitions, the newest last, at most :data:`HISTORY` (a list: a deque takes 0.8 kB).
     history: list[Transition] = field(default_factory=list)
@@ -63,11 +85,11 @@ class PodRecord:
     def job_description(self) -> dict[str, Any] | None:
         """The job sunk submitted for it (None: none yet)."""
         packed = self.job_description_packed
-        return _decode(zlib.decompress(packed)) if packed else None
+        return unpack_job(packed) if packed else None
 
     @job_description.setter
     def job_description(self, job: Mapping[str, Any] | None) -> None:
-        self.job_description_packed = zlib.compress(_encode(job), 1) if job is not None else b""
+        self.job_description_packed = pack_job(job) if job is not None else b""
 
     def note(self, what: str, detail: str = "") -> None:
         self.history.append(Transition(time.time(), what, detail))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
+from sunk.placement import NodeInfo, Snapshot
 from sunk.state import HISTORY, PodRecord
+from sunk.translate import TranslateSettings, job_description
 
 
 def test_a_records_job_description_reads_back_as_submitted_and_is_kept_packed() -> None:
@@ -33,3 +35,20 @@ def test_a_records_history_keeps_the_newest_transitions() -> None:
 
 def test_a_record_has_no_instance_dict() -> None:
     assert not hasattr(PodRecord("ns", "p", "uid-1", 0.0), "__dict__")
+
+
+def test_a_typical_submitted_job_is_kept_in_under_200_bytes() -> None:
+    """The preset dictionary matches what ``translate`` writes: 11,000 records must fit the
+    scheduler's memory (its JSON alone is over 700 bytes; compressed without it, 370)."""
+    pod = {"metadata": {"namespace": "bench", "name": "p-00042",
+                        "uid": "5f0c2a9e-1b7d-4c1e-9a53-0d2f7e8b9c41"},
+           "spec": {"containers": [{"name": "main", "resources": {
+               "requests": {"cpu": "1", "memory": "100Mi"}}}]}}
+    settings = TranslateSettings(scheduler_name="sunk-bench",
+                                 placeholder_script="/opt/sunk/placeholder.sh")
+    snap = Snapshot(slurm_to_k8s={"slurm-1": "k1"}, nodes={"k1": NodeInfo("k1")})
+    job = job_description(pod, {}, snap, settings)
+    rec = PodRecord("bench", "p-00042", "uid-1", 0.0)
+    rec.job_description = job
+    assert rec.job_description == job
+    assert len(json.dumps(job)) > 700 and len(rec.job_description_packed) < 200
