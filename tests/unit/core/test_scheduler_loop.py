@@ -5,6 +5,7 @@ what the Pod handler, the worker and the orphan collector do."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -468,6 +469,18 @@ def counted(scheduler: Scheduler, gate: asyncio.Event | None = None) -> list[str
     return seen
 
 
+@contextlib.asynccontextmanager
+async def working(scheduler: Scheduler,
+                  gate: asyncio.Event | None = None) -> AsyncIterator[list[str]]:
+    """A worker of the scheduler at work meanwhile; gives the keys it reconciles, in turn."""
+    seen = counted(scheduler, gate)
+    worker = asyncio.create_task(scheduler._work())
+    try:
+        yield seen
+    finally:
+        await stop(worker)
+
+
 async def quiet(scheduler: Scheduler) -> None:
     """Until the queue is empty and no worker holds a key."""
     await until(lambda: len(scheduler.queue) == 0 and not scheduler.queue._active)
@@ -478,9 +491,7 @@ async def quiet(scheduler: Scheduler) -> None:
 async def test_the_watchs_echo_of_the_schedulers_own_writes_is_not_reconciled_again(
         loop: Loop) -> None:
     bed, scheduler = loop.bed, loop.scheduler
-    seen = counted(scheduler)
-    worker = asyncio.create_task(scheduler._work())
-    try:
+    async with working(scheduler) as seen:
         bed.add_pod(pod(generation=1))
         await until(lambda: len(bed.kube.calls("PATCH", POD_PATH)) == 1)
         await quiet(scheduler)
@@ -504,8 +515,6 @@ async def test_the_watchs_echo_of_the_schedulers_own_writes_is_not_reconciled_ag
         bound = pod(generation=1, annotations=owned(41), resourceVersion="14", node="node-a")
         bed.add_pod(bound, "MODIFIED")  # the binding's echo
         assert len(scheduler.queue) == 0
-    finally:
-        await stop(worker)
 
 
 CHANGES_A_RECONCILE_READS: dict[str, dict[str, Any]] = {
@@ -523,11 +532,9 @@ CHANGES_A_RECONCILE_READS: dict[str, dict[str, Any]] = {
 async def test_a_change_a_reconcile_reads_is_reconciled_after_a_settled_one(
         loop: Loop, change: str) -> None:
     bed, scheduler = loop.bed, loop.scheduler
-    seen = counted(scheduler)
     # as the API server answers a write: the version it made (the watch shows it, or later)
     bed.kube.routes[("PATCH", POD_PATH)] = answer(200, {"metadata": {"resourceVersion": "11"}})
-    worker = asyncio.create_task(scheduler._work())
-    try:
+    async with working(scheduler) as seen:
         bed.add_pod(pod(generation=1))
         await until(lambda: len(bed.kube.calls("PATCH", POD_PATH)) == 1)
         await quiet(scheduler)
@@ -536,16 +543,12 @@ async def test_a_change_a_reconcile_reads_is_reconciled_after_a_settled_one(
         bed.add_pod(pod(**fields), "MODIFIED")
         await quiet(scheduler)
         assert len(seen) >= 2, "looked at again"  # (a new Pod's job-id repair: more looks)
-    finally:
-        await stop(worker)
 
 
 @pytest.mark.parametrize("phase", ["Succeeded", "Failed"])
 async def test_an_ended_pod_is_reconciled_and_its_job_released(loop: Loop, phase: str) -> None:
     bed, scheduler = loop.bed, loop.scheduler
-    seen = counted(scheduler)
-    worker = asyncio.create_task(scheduler._work())
-    try:
+    async with working(scheduler) as seen:
         bed.add_pod(pod())
         await quiet(scheduler)
         ended = pod(annotations=owned(41), resourceVersion="11")
@@ -555,15 +558,11 @@ async def test_an_ended_pod_is_reconciled_and_its_job_released(loop: Loop, phase
         await quiet(scheduler)
         assert seen == ["ns/p", "ns/p"]
         assert bed.cluster.state.pods["ns/p"].phase == phase
-    finally:
-        await stop(worker)
 
 
 async def test_a_running_phase_only_updates_the_dashboard(loop: Loop) -> None:
     bed, scheduler = loop.bed, loop.scheduler
-    seen = counted(scheduler)
-    worker = asyncio.create_task(scheduler._work())
-    try:
+    async with working(scheduler) as seen:
         bed.add_pod(pod())
         await quiet(scheduler)
         running = pod(annotations=owned(41), resourceVersion="11", node="node-a")
@@ -582,34 +581,26 @@ async def test_a_running_phase_only_updates_the_dashboard(loop: Loop) -> None:
         bed.add_pod(terminating, "MODIFIED")
         await quiet(scheduler)
         assert seen == ["ns/p"] * 3 and record.phase == "Terminating"
-    finally:
-        await stop(worker)
 
 
 async def test_a_failed_reconcile_leaves_the_next_event_to_be_reconciled(loop: Loop) -> None:
     bed, scheduler = loop.bed, loop.scheduler
-    seen = counted(scheduler)
     scheduler.queue = WorkQueue(base_delay=60)  # no retry within the test: only events
     bed.slurm.routes[("POST", SUBMIT)] = answer(500, {"errors": [{"error": "down"}]})
-    worker = asyncio.create_task(scheduler._work())
-    try:
+    async with working(scheduler) as seen:
         bed.add_pod(pod())
         await until(lambda: scheduler.queue.failures("ns/p") == 1)
         await quiet(scheduler)
         bed.add_pod(pod(resourceVersion="11"), "MODIFIED")  # the same Pod, as it was
         await quiet(scheduler)
         assert seen == ["ns/p", "ns/p"], "not taken for an echo: nothing was written"
-    finally:
-        await stop(worker)
 
 
 async def test_an_event_while_its_pod_is_reconciled_is_reconciled_after(loop: Loop) -> None:
     bed, scheduler = loop.bed, loop.scheduler
     gate = asyncio.Event()
     gate.set()
-    seen = counted(scheduler, gate)
-    worker = asyncio.create_task(scheduler._work())
-    try:
+    async with working(scheduler, gate) as seen:
         bed.add_pod(pod())
         await quiet(scheduler)  # submitted, its job id written: settled
         gate.clear()
@@ -620,8 +611,6 @@ async def test_an_event_while_its_pod_is_reconciled_is_reconciled_after(loop: Lo
         gate.set()
         await quiet(scheduler)
         assert seen == ["ns/p"] * 3, "what the running reconcile read is not known: again"
-    finally:
-        await stop(worker)
 
 
 # -- a job's change while its Pod is settled --------------------------------------------------
@@ -643,9 +632,7 @@ JOB_CHANGES: dict[str, tuple[dict[str, Any], bool]] = {
 async def test_a_jobs_change_is_reconciled_unless_it_leaves_the_pod_waiting(
         loop: Loop, change: str) -> None:
     bed, scheduler = loop.bed, loop.scheduler
-    seen = counted(scheduler)
-    worker = asyncio.create_task(scheduler._work())
-    try:
+    async with working(scheduler) as seen:
         bed.add_pod(pod())
         await quiet(scheduler)
         fields, looked_at = JOB_CHANGES[change]
@@ -659,17 +646,13 @@ async def test_a_jobs_change_is_reconciled_unless_it_leaves_the_pod_waiting(
         if not looked_at:
             assert any(t.what == f"job {fields['state'].lower()}" for t in record.history) or (
                 fields["state"] == "PENDING")
-    finally:
-        await stop(worker)
 
 
 async def test_a_job_change_of_a_pod_not_settled_is_reconciled(loop: Loop) -> None:
     bed, scheduler = loop.bed, loop.scheduler
-    seen = counted(scheduler)
     scheduler.queue = WorkQueue(base_delay=60)
     bed.kube.routes[("PATCH", POD_PATH)] = answer(500, {"message": "etcd is down"})
-    worker = asyncio.create_task(scheduler._work())
-    try:
+    async with working(scheduler) as seen:
         bed.add_pod(pod())  # submitted, but its job id could not be written: a retry is due
         await until(lambda: scheduler.queue.failures("ns/p") == 1)
         await quiet(scheduler)
@@ -677,8 +660,6 @@ async def test_a_job_change_of_a_pod_not_settled_is_reconciled(loop: Loop) -> No
         scheduler.wake(who())
         await quiet(scheduler)
         assert seen == ["ns/p"] * 2
-    finally:
-        await stop(worker)
 
 
 # -- a gang ---------------------------------------------------------------------------------------
