@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sunk.slurm.job import Job
 
 #: End states of a job that failed to launch (its node failed, or slurmd refused it): a Pod not
 #: yet bound loses nothing by getting a new job.
@@ -51,6 +55,12 @@ class JobView:
     node: str = ""
     #: Why it is pending, as last read ("" if not read or not pending).
     reason: str = ""
+
+    @classmethod
+    def of(cls, job: Job) -> JobView:
+        """The view of a job as the job table has it."""
+        return cls(state=job.state, started=job.started, node=job.nodes,
+                   reason=job.reason if job.state == "PENDING" else "")
 
     @property
     def finished(self) -> bool:

@@ -73,8 +73,7 @@ class GangReconciler:
         job = self.cluster.jobs.get(job_id) if job_id is not None else None
         gang_job = None
         if job is not None and job.owner is not None and job.owner.uid == found.id:
-            view = JobView(state=job.state, started=job.started, node=job.nodes,
-                           reason=job.reason if job.state == "PENDING" else "")
+            view = JobView.of(job)
             nodes = tuple(expand_hostlist(job.nodes)) if job.nodes else ()
             gang_job = gangplan.GangJob(job.job_id, view, job.owner.members, nodes)
         started_for = None

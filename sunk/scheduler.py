@@ -324,8 +324,7 @@ class Scheduler:
                 return None
         if job.owner is None or job.owner.uid != uid:
             return None
-        return JobView(state=job.state, started=job.started, node=job.nodes,
-                       reason=job.reason if job.state == "PENDING" else "")
+        return JobView.of(job)
 
     def _job_cached(self, uid: str) -> tuple[int | None, JobView | None]:
         """The Pod's newest job as the job table has it (no read from Slurm)."""
@@ -333,8 +332,7 @@ class Scheduler:
         job = self.cluster.jobs.get(job_id) if job_id is not None else None
         if job is None or job.owner is None or job.owner.uid != uid:
             return job_id, None
-        return job_id, JobView(state=job.state, started=job.started, node=job.nodes,
-                               reason=job.reason if job.state == "PENDING" else "")
+        return job_id, JobView.of(job)
 
     def _record(self, pod: kube.Obj, facts: podplan.PodFacts) -> PodRecord:
         """The Pod's line on the dashboard, brought up to date."""
