@@ -118,13 +118,13 @@ def pods(scheduler: SchedulerView, now: float, *, namespace: str = "", state: st
     ``offset``-th on (0: the first). Every match is counted, but rows are built only for the
     page: its cost grows with ``limit``, not with how many Pods match."""
     records = scheduler.state.pods
-    namespaces = sorted({rec.namespace for rec in records.values()})
+    namespaces = scheduler.state.namespaces()
     query = query.strip().lower()
     rows: list[PodRow] = []
     matching = 0
     end = offset + limit
     ranks = gang_ranks(scheduler)
-    keys = sorted(records)
+    keys = scheduler.state.pod_keys()
     if not (namespace or query or state):  # every Pod matches: only the page's are looked at
         rows = [_pod_row(scheduler, records[key], now, ranks) for key in keys[offset:end]]
         return PodList(total=len(records), matching=len(records), offset=offset, limit=limit,

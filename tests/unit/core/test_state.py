@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from sunk.placement import NodeInfo, Snapshot
-from sunk.state import HISTORY, PodRecord
+from sunk.state import HISTORY, PodRecord, SchedulerState
 from sunk.translate import TranslateSettings, job_description
 
 
@@ -52,3 +55,22 @@ def test_a_typical_submitted_job_is_kept_in_under_200_bytes() -> None:
     rec.job_description = job
     assert rec.job_description == job
     assert len(json.dumps(job)) > 700 and len(rec.job_description_packed) < 200
+
+
+_NAMES = st.sampled_from(["a", "b", "c", "d"])
+
+
+@given(st.lists(st.tuples(st.booleans(), _NAMES, _NAMES, st.sampled_from(["u1", "u2"]))))
+def test_the_sorted_keys_and_namespaces_follow_every_record_and_forget(
+        steps: list[tuple[bool, str, str, str]]) -> None:
+    """The dashboard pages through these instead of sorting every Pod per page: they must be
+    what sorting the records would give, after any sequence of Pods seen (again, or with a new
+    uid) and forgotten (known or not)."""
+    state = SchedulerState()
+    for seen, namespace, name, uid in steps:
+        if seen:
+            state.record(namespace, name, uid, 0.0)
+        else:
+            state.forget(f"{namespace}/{name}")
+        assert list(state.pod_keys()) == sorted(state.pods)
+        assert state.namespaces() == sorted({rec.namespace for rec in state.pods.values()})

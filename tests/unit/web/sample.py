@@ -196,7 +196,7 @@ class StaticScheduler:
             rec.history.append(Transition(rec.bound_at, "Scheduled", f"bound to {k8s_node}"))
         if rejected:
             rec.history.append(Transition(created + 0.01, rejected.split(":", 1)[0], rejected))
-        self.state.pods[rec.key] = rec
+        self.state.keep(rec)
         self.pod_informers[0].cache[rec.key] = {
             "metadata": {"name": name, "namespace": namespace, "uid": uid,
                          "labels": {"app": name.rsplit("-", 1)[0]},

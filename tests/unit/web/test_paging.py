@@ -204,7 +204,7 @@ async def test_the_refresh_stays_on_the_page(client: Client,
     assert shown(r.text) == ["beta/pod-2"]
     assert meta(r.text) == f"Pods 3{DASH}3 of 4 matching (12 in all)"
     # a Pod before it goes: the next refresh (its own URL) shows the same offset, not page one
-    del scheduler.state.pods["alpha/pod-0"]
+    scheduler.state.forget("alpha/pod-0")
     refresh = re.search(r'<section id="content" hx-get="([^"]+)"', r.text)
     assert refresh is not None
     again = await client.get(html.unescape(refresh.group(1)), headers={"HX-Request": "true"})
