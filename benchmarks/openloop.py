@@ -31,6 +31,7 @@ from benchmarks.pods import (
     BoundWatch,
     bind_timings,
     cpu_seconds,
+    cpu_wait_seconds,
     create,
     log_offset,
     pod,
@@ -97,11 +98,13 @@ async def sunk_phase(kube: httpx.AsyncClient, running: RunningScheduler, rate: f
                               params={"gracePeriodSeconds": "0"})
 
         cpu0, own0 = cpu.sample(), cpu_seconds(running.process.pid)
+        waited0 = cpu_wait_seconds(running.process.pid)
         t0 = time.monotonic()
         tasks = await _on_clock(rate, seconds, one)
         await asyncio.gather(*tasks)
         wall = time.monotonic() - t0
         own = cpu_seconds(running.process.pid) - own0
+        waited = cpu_wait_seconds(running.process.pid) - waited0
         used = cpu.used(cpu0, cpu.sample())
         bound = {n: watch.bound[n] - at for n, at in created.items() if n in watch.bound}
     await asyncio.sleep(0.5)  # the log line follows the binding
@@ -114,6 +117,8 @@ async def sunk_phase(kube: httpx.AsyncClient, running: RunningScheduler, rate: f
             "job_submit_to_started": summary([logged[n][1] for n in bound if n in logged]),
             "scheduler_cpu_ms_per_pod": round(1000 * own / max(1, len(bound)), 2),
             "scheduler_cpu_share": round(own / wall, 3),
+            # how long the scheduler's event loop was ready but waited for a CPU (bed's load)
+            "scheduler_cpu_wait_share": round(waited / wall, 3),
             "cpu_cores": {k: round(v / seconds, 3) for k, v in used.items()}}
 
 
@@ -143,8 +148,8 @@ def render(figures: dict[str, Any]) -> str:
              f"{figures['lifetime']:.0f} s after it started or was bound.", "",
              "| rate /s | raw submit-to-started p50 / p99 s | sunk creation-to-bound p50 / p99 s "
              "| overhead p50 / p99 s | started-to-bound p50 / p99 s | scheduler CPU per Pod ms "
-             "| scheduler share of a core |",
-             "|---|---|---|---|---|---|---|"]
+             "| scheduler share of a core | scheduler's loop waiting for a CPU | machine busy |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for rate, both in sorted(figures["rates"].items(), key=lambda kv: float(kv[0])):
         raw, ours = both["raw"], both["sunk"]
 
@@ -154,5 +159,12 @@ def render(figures: dict[str, Any]) -> str:
         lines.append(f"| {rate} | {two(raw['submit_to_started'])} | "
                      f"{two(ours['created_to_bound'])} | {two(ours['overhead'])} | "
                      f"{two(ours['started_to_bound'])} | {ours['scheduler_cpu_ms_per_pod']:.1f} | "
-                     f"{ours['scheduler_cpu_share']:.1%} |")
+                     f"{ours['scheduler_cpu_share']:.1%} | "
+                     f"{_share(ours.get('scheduler_cpu_wait_share'))} | "
+                     f"{ours['cpu_cores']['machine total']:.2f} of 2 cores |")
     return "\n".join(lines)
+
+
+def _share(value: float | None) -> str:
+    """A share, or nothing for a record made before it was measured."""
+    return "" if value is None else f"{value:.1%}"

@@ -169,6 +169,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_wait_seconds(pid: int) -> float:
+    """How long the process's main thread (the scheduler's event loop) has been ready to run
+    but waiting for a CPU, so far (the kernel's schedstat): on the 2-core bed, the share of a
+    slow answer that is the machine's load rather than the scheduler's own work."""
+    fields = Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()
+    return int(fields[1]) / 1e9
+
+
 async def pauses(metrics_url: str) -> dict[str, dict[str, float]]:
     """The scheduler's pause histograms so far: full garbage collections and event-loop lag,
     each as its count, total seconds and count above each bucket's bound."""
