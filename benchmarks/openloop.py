@@ -34,6 +34,8 @@ from benchmarks.pods import (
     cpu_wait_seconds,
     create,
     log_offset,
+    pauses,
+    pauses_between,
     pod,
     summary,
 )
@@ -97,6 +99,7 @@ async def sunk_phase(kube: httpx.AsyncClient, running: RunningScheduler, rate: f
             await kube.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}",
                               params={"gracePeriodSeconds": "0"})
 
+        paused0 = await pauses(running.url("metrics"))
         cpu0, own0 = cpu.sample(), cpu_seconds(running.process.pid)
         waited0 = cpu_wait_seconds(running.process.pid)
         t0 = time.monotonic()
@@ -107,6 +110,7 @@ async def sunk_phase(kube: httpx.AsyncClient, running: RunningScheduler, rate: f
         waited = cpu_wait_seconds(running.process.pid) - waited0
         used = cpu.used(cpu0, cpu.sample())
         bound = {n: watch.bound[n] - at for n, at in created.items() if n in watch.bound}
+        paused = pauses_between(paused0, await pauses(running.url("metrics")))
     await asyncio.sleep(0.5)  # the log line follows the binding
     logged = await asyncio.to_thread(bind_timings, running.log, offset)
     overhead = [bound[n] - logged[n][1] for n in bound if n in logged]
@@ -119,7 +123,10 @@ async def sunk_phase(kube: httpx.AsyncClient, running: RunningScheduler, rate: f
             "scheduler_cpu_share": round(own / wall, 3),
             # how long the scheduler's event loop was ready but waited for a CPU (bed's load)
             "scheduler_cpu_wait_share": round(waited / wall, 3),
-            "cpu_cores": {k: round(v / seconds, 3) for k, v in used.items()}}
+            "cpu_cores": {k: round(v / seconds, 3) for k, v in used.items()},
+            # what a slow binding waited for: the loop held by one piece of work, or a Pod's
+            # key queued behind busy workers
+            "pauses": paused}
 
 
 async def run(tb: cluster.Testbed, running: RunningScheduler, rates: list[float],
@@ -162,6 +169,18 @@ def render(figures: dict[str, Any]) -> str:
                      f"{ours['scheduler_cpu_share']:.1%} | "
                      f"{_share(ours.get('scheduler_cpu_wait_share'))} | "
                      f"{ours['cpu_cores']['machine total']:.2f} of 2 cores |")
+    waits = [(rate, both["sunk"]["pauses"]) for rate, both in sorted(
+        figures["rates"].items(), key=lambda kv: float(kv[0])) if "pauses" in both["sunk"]]
+    if waits:
+        lines += ["", "What a slow binding could wait for, per rate (the scheduler's metrics):"]
+    for rate, p in waits:
+        lag, queued = p.get("loop_lag") or {}, p.get("queue_wait") or {}
+        lines.append(
+            f"- {rate} Pods/s: the event loop late by more than 100 ms "
+            f"{lag.get('over_0.1s', 0):.0f} times of {lag.get('count', 0):.0f}; of "
+            f"{queued.get('count', 0):.0f} Pod keys queued, "
+            f"{queued.get('over_0.1s', 0):.0f} waited more than 100 ms for a worker (mean "
+            f"{1000 * queued.get('seconds', 0) / max(1.0, queued.get('count', 0)):.1f} ms).")
     return "\n".join(lines)
 
 

@@ -177,19 +177,27 @@ def cpu_wait_seconds(pid: int) -> float:
     return int(fields[1]) / 1e9
 
 
+_PAUSES = {"sunk_gc_pause_seconds": "gc_full", "sunk_event_loop_lag_seconds": "loop_lag",
+           "sunk_workqueue_wait_seconds": "queue_wait"}
+
+
 async def pauses(metrics_url: str) -> dict[str, dict[str, float]]:
-    """The scheduler's pause histograms so far: full garbage collections and event-loop lag,
-    each as its count, total seconds and count above each bucket's bound."""
+    """The scheduler's pause histograms so far: full garbage collections, event-loop lag and
+    how long Pods waited in the work queue for a worker, each as its count, total seconds and
+    count above each bucket's bound."""
     async with httpx.AsyncClient() as client:
         text = (await client.get(metrics_url + "/metrics")).text
     found: dict[str, dict[str, float]] = {}
     for family in text_string_to_metric_families(text):
-        if family.name not in ("sunk_gc_pause_seconds", "sunk_event_loop_lag_seconds"):
+        name = _PAUSES.get(family.name)
+        if name is None:
             continue
         for sample in family.samples:
             if family.name == "sunk_gc_pause_seconds" and sample.labels.get("generation") != "2":
                 continue
-            name = "gc_full" if family.name.startswith("sunk_gc") else "loop_lag"
+            if family.name == "sunk_workqueue_wait_seconds" and sample.labels.get(
+                    "queue") != "pods":
+                continue
             into = found.setdefault(name, {})
             if sample.name.endswith("_count"):
                 into["count"] = sample.value

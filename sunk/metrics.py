@@ -56,6 +56,11 @@ SLURM_REQUESTS = Counter("sunk_slurm_requests_total", "Calls to slurmrestd, by w
 KUBE_REQUESTS = Counter("sunk_kube_requests_total", "Calls to the API server (watches included), "
                         "by verb and resource", ["verb", "resource"])
 
+QUEUE_WAIT = Histogram("sunk_workqueue_wait_seconds", "How long a key waited in a work queue "
+                       "for a worker (queue: pods, a Pod or gang to reconcile; nodes, a Node's "
+                       "lock)", ["queue"],
+                       buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5))
+
 _PAUSE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 GC_PAUSE = Histogram("sunk_gc_pause_seconds", "Python's garbage collections, by generation: "
                      "the event loop (hooks, dashboard, watches) stands still meanwhile",

@@ -57,7 +57,7 @@ class Scheduler:
         self.executor = executor
         self.policies = policies
         self.settings = settings = cluster.settings
-        self.queue = WorkQueue()
+        self.queue = WorkQueue(observe_wait=metrics.child(metrics.QUEUE_WAIT, "pods").observe)
         self.owned = ownership.Keys.with_prefix(settings.annotation_prefix)
         self.translate_settings = TranslateSettings(
             scheduler_name=settings.scheduler_name, placeholder_script=settings.placeholder_script,

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sunk import fit, kube, locking, nodeplan
+from sunk import fit, kube, locking, metrics, nodeplan
 from sunk.cluster import Cluster
 from sunk.executor import Executor
 from sunk.hookanswers import answering
@@ -60,7 +60,7 @@ class Syncer:
         self.slurm = slurm
         self.settings = settings = cluster.settings
         self.requests: dict[str, LockRequest] = {}
-        self.queue = WorkQueue()
+        self.queue = WorkQueue(observe_wait=metrics.child(metrics.QUEUE_WAIT, "nodes").observe)
         self._changed: dict[str, asyncio.Event] = {}
         #: Slurm node -> when its last reconcile began (a prolog waits for one after its call).
         self._looked_at: dict[str, float] = {}

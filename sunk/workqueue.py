@@ -1,15 +1,22 @@
 """A work queue of object keys, as client-go's: each key is handled by one worker at a time,
-a key added while it is being handled is handled again afterwards, and failures back off."""
+a key added while it is being handled is handled again afterwards, and failures back off.
+How long each key waited for a worker is told to ``observe_wait`` (client-go's
+``workqueue_queue_duration_seconds``): a queue that grows behind busy workers shows there."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 
 
 class WorkQueue:
-    def __init__(self, *, base_delay: float = 0.5, max_delay: float = 60.0) -> None:
+    def __init__(self, *, base_delay: float = 0.5, max_delay: float = 60.0,
+                 observe_wait: Callable[[float], None] | None = None) -> None:
         self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._queued: set[str] = set()
+        #: Each queued key -> when it was queued (monotonic).
+        self._queued: dict[str, float] = {}
+        self._observe_wait = observe_wait
         self._active: set[str] = set()
         self._dirty: set[str] = set()
         self._failures: dict[str, int] = {}
@@ -23,7 +30,7 @@ class WorkQueue:
         if key in self._active:
             self._dirty.add(key)
         elif key not in self._queued:
-            self._queued.add(key)
+            self._queued[key] = time.monotonic()
             self._queue.put_nowait(key)
 
     def add_after(self, key: str, delay: float) -> None:
@@ -39,7 +46,9 @@ class WorkQueue:
 
     async def get(self) -> str:
         key = await self._queue.get()
-        self._queued.discard(key)
+        queued_at = self._queued.pop(key)
+        if self._observe_wait is not None:
+            self._observe_wait(time.monotonic() - queued_at)
         self._active.add(key)
         return key
 

@@ -71,3 +71,20 @@ async def test_failures_back_off_exponentially_and_reset() -> None:
     assert q.failed("k") == 0.01
     q.add_after("k", 0.01)
     assert await asyncio.wait_for(q.get(), 1) == "k"
+
+
+async def test_each_key_tells_how_long_it_waited_for_a_worker_from_when_it_was_first_queued(
+        ) -> None:
+    waited: list[float] = []
+    q = WorkQueue(observe_wait=waited.append)
+    q.add("a")
+    await asyncio.sleep(0.05)
+    q.add("a")  # already queued: its wait runs from the first add
+    q.add("b")
+    assert await q.get() == "a" and await q.get() == "b"
+    assert len(waited) == 2 and waited[0] >= 0.05 and waited[1] < 0.05
+    q.add("a")  # while "a" is handled: queued again once done, timed from then
+    q.done("a")
+    await asyncio.sleep(0.02)
+    assert await q.get() == "a"
+    assert len(waited) == 3 and 0.02 <= waited[2] < 0.05
