@@ -223,10 +223,12 @@ async def run(tb: cluster.Testbed, running: RunningScheduler, steps: list[int], 
                                       "rss_mib": round(rss_mib(restarted.process.pid), 1)}
                 figures["restart"]["probe"] = await _probe(kube, watch, restarted, 0, probe)
         finally:
-            print("scale: cleaning up ...", file=sys.stderr)
-            await _clean_up(tb, slurm, kube)
-            if restarted is not None:
-                restarted.stop()
+            try:
+                print("scale: cleaning up ...", file=sys.stderr)
+                await _clean_up(tb, slurm, kube)
+            finally:  # stopped by hand (SIGTERM cancels the clean-up): never leave it running
+                if restarted is not None:
+                    restarted.stop()
     return figures
 
 
