@@ -135,6 +135,8 @@ class GangRecord:
 
 @dataclass
 class SchedulerState:
+    #: Pod key -> its record. Added through :meth:`record` or :meth:`keep`, removed through
+    #: :meth:`forget` (they keep the sorted keys the dashboard pages through), never directly.
     pods: dict[str, PodRecord] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
     kube_healthy: bool = False
