@@ -182,6 +182,7 @@ class Executor:
             raise
         metrics.JOBS_SUBMITTED.inc()
         log.info("pod %s: submitted job %d", kube.key(pod), job_id)
+        record.job_id = job_id  # the dashboard's line: the echo of the job id may not be looked at
         await self.annotate_pod(pod, {self.owned.job_id: str(job_id),
                                       self.owned.pod_uid: meta["uid"], self.owned.rejected: None})
         record.note("JobSubmitted", f"Slurm job {job_id}")

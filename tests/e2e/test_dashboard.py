@@ -104,11 +104,9 @@ async def test_pods_move_from_waiting_to_bound_without_a_reload(
         await expect(await cell(page, row, "Job state")).to_have_text("PENDING")
         await expect(await cell(page, row, "Pending reason")).not_to_be_empty()  # Slurm's
         await expect(await cell(page, row, "Kubernetes Node")).to_be_empty()  # not yet
-        if testbed.accounting:  # the user's defaults, as Slurm has them: its job record is
-            # read a second after the submission, then the page refreshes (every 2 s); on a
-            # loaded bed that took over the default 5 s once
+        if testbed.accounting:  # the user's defaults, as Slurm has them
             await expect(await cell(page, row, "Account / QOS")).to_have_text(
-                "default / normal", timeout=15_000)
+                "default / normal")
     finally:
         testbed.slurm("scancel", blocker)
     await expect(row).to_have_attribute("data-state", re.compile(r"^(bound|running)$"),

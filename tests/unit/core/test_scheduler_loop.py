@@ -507,6 +507,8 @@ async def test_the_watchs_echo_of_the_schedulers_own_writes_is_not_reconciled_ag
         assert len(scheduler.queue) == 0
         await quiet(scheduler)
         assert seen == ["ns/p"], "nothing it reads changed"
+        # ...yet the dashboard's line has the job it submitted (its account and QOS come from it)
+        assert bed.cluster.state.pods["ns/p"].job_id == 41
         bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
         scheduler.wake(who())  # the job-side still wakes it
         await until(lambda: len(bed.kube.calls("POST", f"{POD_PATH}/binding")) == 1)
