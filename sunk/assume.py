@@ -33,6 +33,19 @@ class AssumeCache:
         if resource_version.isdigit():
             self._written_at[uid] = int(resource_version)
 
+    def assume_annotations(self, uid: str, annotations: Mapping[str, str | None]) -> None:
+        """A write not sent yet (it goes in the background): believed from now on. A version an
+        earlier write got no longer tells that the watch shows this one."""
+        self._annotations.setdefault(uid, {}).update(annotations)
+        self._written_at.pop(uid, None)
+
+    def still_assumed(self, uid: str, annotations: Mapping[str, str | None]) -> bool:
+        """Whether ``annotations`` are still believed and not yet seen: not forgotten (the
+        object gone), not confirmed by the watch, not replaced by a newer write."""
+        pending = self._annotations.get(uid)
+        return pending is not None and all(
+            key in pending and pending[key] == value for key, value in annotations.items())
+
     def bound(self, uid: str) -> None:
         self._bound.add(uid)
 

@@ -4,7 +4,8 @@ The one place where sunk writes: to the API server (annotations, bindings, delet
 taints, evictions) and to Slurm (submissions, cancellations, node drains); a node's actions
 are in :mod:`sunk.nodeexecutor`, which the executor hands them to. Each write is
 recorded in the assume cache, the dashboard's records and the metrics. Events are sent in the
-background: a bind never waits for one.
+background, and so is the job id written after a submission (assumed at once, retried until
+written): a bind never waits for either.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from sunk.slurm.job import Job, PodIdentity, account_and_qos
 from sunk.state import PodRecord
 
 log = logging.getLogger("sunk.executor")
+
+#: The first wait before a background write of annotations is tried again (doubling to 30 s).
+ANNOTATE_RETRY = 0.5
 
 
 def scheduled_message(pod_key: str, k8s_node: str, slurm_node: str, job_id: int, *,
@@ -98,6 +102,8 @@ class Executor:
         self.owned = ownership.Keys.with_prefix(self.settings.annotation_prefix)
         self.memory = PodMemory()
         self._background: set[asyncio.Task[None]] = set()
+        #: Pod uid -> the newest write of its annotations still going on in the background.
+        self._annotating: dict[str, asyncio.Task[None]] = {}
         self.nodes = NodeExecutor(cluster, kube_port, slurm, fire=self.fire)
 
     def fire(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -154,6 +160,8 @@ class Executor:
 
     async def annotate_pod(self, pod: kube.Obj, annotations: Any) -> None:
         meta = pod["metadata"]
+        if (writing := self._annotating.get(meta["uid"])) is not None:
+            await asyncio.wait([writing])  # a Pod's writes land in the order they were made
         pending = self.cluster.assumed.pending_annotations(meta["uid"])
         if pending and all(pending.get(k, ...) == v for k, v in annotations.items()):
             return  # written already; the watch has not brought it back yet
@@ -183,9 +191,53 @@ class Executor:
         metrics.JOBS_SUBMITTED.inc()
         log.info("pod %s: submitted job %d", kube.key(pod), job_id)
         record.job_id = job_id  # the dashboard's line: the echo of the job id may not be looked at
-        await self.annotate_pod(pod, {self.owned.job_id: str(job_id),
-                                      self.owned.pod_uid: meta["uid"], self.owned.rejected: None})
+        self.annotate_soon(pod, {self.owned.job_id: str(job_id),
+                                 self.owned.pod_uid: meta["uid"], self.owned.rejected: None})
         record.note("JobSubmitted", f"Slurm job {job_id}")
+
+    def annotate_soon(self, pod: kube.Obj, annotations: Mapping[str, str | None]) -> None:
+        """Write ``annotations`` in the background, believed written from now on. For the job
+        id after a submission: one worker handles a Pod at a time, so the Pod's binding waited
+        behind this write, which an API server in a burst took seconds to answer while the job
+        had started (docs/benchmarks.md, stop 31). Tried again until written, or the Pod is
+        gone; a Pod's writes land in the order they were made."""
+        uid = pod["metadata"]["uid"]
+        self.cluster.assumed.assume_annotations(uid, annotations)
+        task = asyncio.create_task(self._write_annotations(
+            pod, dict(annotations), after=self._annotating.get(uid)))
+        self._annotating[uid] = task
+        self._background.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._background.discard(finished)
+            if self._annotating.get(uid) is finished:
+                del self._annotating[uid]
+
+        task.add_done_callback(done)
+
+    async def _write_annotations(self, pod: kube.Obj, annotations: dict[str, str | None], *,
+                                 after: asyncio.Task[None] | None) -> None:
+        if after is not None:
+            await asyncio.wait([after])
+        meta = pod["metadata"]
+        delay = ANNOTATE_RETRY
+        while self.cluster.assumed.still_assumed(meta["uid"], annotations):
+            try:
+                version = await self.kube.annotate("pods", meta["namespace"], meta["name"],
+                                                   annotations)
+            except Exception as exc:  # whatever failed, the job id must not stay unwritten
+                if isinstance(exc, kube.KubeError) and exc.status == 404:
+                    return  # the Pod is gone: its DELETED event forgets what was assumed
+                log.warning("pod %s: writing %s failed: %s (again in %.1fs)", kube.key(pod),
+                            ", ".join(annotations), exc, delay,
+                            exc_info=not isinstance(exc, kube.KubeError))
+                await asyncio.sleep(delay)
+                delay = min(30.0, 2 * delay)
+                continue
+            if self._annotating.get(meta["uid"]) is asyncio.current_task():
+                self.cluster.assumed.wrote_annotations(meta["uid"], annotations, version)
+            # else a newer write is assumed over this one: its version, not ours, ends it
+            return
 
     # -- a gang (sunk.gangplan) -------------------------------------------------------------------
     async def apply_gang(self, gang_id: str, pods: dict[str, kube.Obj],

@@ -91,6 +91,11 @@ async def test_a_submission_carries_the_credential_and_writes_the_job_id(bed: Be
     assert rec.job_description is not None
     assert not any("SUNK_JOB_TOKEN" in e for e in rec.job_description["environment"]), (
         "the dashboard never shows the credential")
+    # the job id is believed at once and written in the background: the Pod's next reconcile
+    # (its binding) does not wait for the API server's answer
+    assert bed.kube.calls("PATCH") == []
+    assert bed.cluster.assumed.annotations(pod())[f"{PREFIX}job-id"] == "41"
+    await settle(bed)
     (patch,) = bed.kube.calls("PATCH", "/api/v1/namespaces/ns/pods/p")
     assert patch == {"metadata": {"annotations": {
         f"{PREFIX}job-id": "41", f"{PREFIX}pod-uid": "aaaa-0001", f"{PREFIX}rejected": None}}}
@@ -139,6 +144,7 @@ async def test_a_submission_whose_answer_was_lost_is_adopted_not_repeated(bed: B
         200, json={"jobs": [raw]})
     await bed.executor.apply_pod(pod(), record(), [do.Submit(description())])
     assert len(bed.slurm.calls("POST", "/slurm/v0.0.42/job/submit")) == 1
+    await settle(bed)
     (patch,) = bed.kube.calls("PATCH")
     assert patch["metadata"]["annotations"][f"{PREFIX}job-id"] == "7"
 
@@ -453,3 +459,66 @@ async def test_a_refit_cancels_the_job_and_remembers_it(bed: Bed) -> None:
     assert bed.executor.memory.refitted == {"aaaa-0001": {41}}
     bed.executor.memory.forget("aaaa-0001")
     assert bed.executor.memory.refitted == {}
+
+
+async def test_a_job_id_written_in_the_background_is_tried_again_until_written(
+        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sunk.executor.ANNOTATE_RETRY", 0.01)
+    answers = iter([httpx.Response(500, json={"message": "etcd timeout"}),
+                    httpx.Response(503, json={"message": "overloaded"})])
+    bed.kube.routes[("PATCH", "/api/v1/namespaces/ns/pods/p")] = lambda r: next(
+        answers, httpx.Response(200, json={"metadata": {"resourceVersion": "7"}}))
+    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"})
+    await settle(bed)
+    assert len(bed.kube.calls("PATCH")) == 3
+    # written: the watch showing version 7 (or later) ends the assumption
+    assert bed.cluster.assumed.pending_annotations("aaaa-0001") == {f"{PREFIX}job-id": "41"}
+    bed.cluster.assumed.observe("MODIFIED", {**pod(), "metadata": {
+        **pod()["metadata"], "resourceVersion": "7"}})
+    assert bed.cluster.assumed.pending_annotations("aaaa-0001") == {}
+
+
+async def test_a_background_write_stops_when_its_pod_is_gone(
+        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sunk.executor.ANNOTATE_RETRY", 0.01)
+    bed.kube.routes[("PATCH", "/api/v1/namespaces/ns/pods/p")] = lambda r: httpx.Response(
+        500, json={"message": "down"})
+    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"})
+    await asyncio.sleep(0.05)
+    tried = len(bed.kube.calls("PATCH"))
+    assert tried >= 2
+    bed.cluster.assumed.observe("DELETED", pod())  # the watch: the Pod is gone
+    await asyncio.wait_for(settle(bed), 1)
+    assert len(bed.kube.calls("PATCH")) <= tried + 1
+    bed.kube.routes[("PATCH", "/api/v1/namespaces/ns/pods/p")] = lambda r: httpx.Response(
+        404, json={"message": "not found"})
+    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "42"})  # 404: gone, not retried
+    await asyncio.wait_for(settle(bed), 1)
+
+
+async def test_a_pods_writes_land_in_the_order_they_were_made(bed: Bed) -> None:
+    """A second submission's job id (a replaced job) never lands before the first's (the
+    first, replaced before it went out, is not sent at all), and a reconcile's own write
+    waits for the background ones."""
+    first_answered = asyncio.Event()
+    order: list[str] = []
+
+    async def patch(request: httpx.Request) -> httpx.Response:
+        value = json.loads(request.content)["metadata"]["annotations"][f"{PREFIX}job-id"]
+        first_answered.set()  # the first write has gone out...
+        if value == "41":
+            await asyncio.sleep(0.05)  # ...and is slow to be answered
+        order.append(value)
+        return httpx.Response(200, json={"metadata": {"resourceVersion": str(len(order))}})
+
+    bed.executor.kube = KubeAPI(kube.Client(FakeCredentials(), transport=httpx.MockTransport(
+        patch)), NAME)
+    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"})
+    await first_answered.wait()
+    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "40"})
+    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "42"})  # replaces 40 before it goes
+    await bed.executor.annotate_pod(pod(), {f"{PREFIX}job-id": "43"})
+    assert order == ["41", "42", "43"]
+    await settle(bed)
+    # only the newest write's version may end what is assumed
+    assert bed.cluster.assumed.pending_annotations("aaaa-0001") == {f"{PREFIX}job-id": "43"}

@@ -92,6 +92,10 @@ async def test_a_new_pod_gets_a_job_and_its_id_written(loop: Loop) -> None:
     assert job_desc["memory_per_node"] == {"set": True, "number": 1024}
     assert "excluded_nodes" not in job_desc
     assert any(e.startswith("SUNK_JOB_TOKEN=sunk-job.") for e in job_desc["environment"])
+    # believed at once, written in the background: the next reconcile (a binding) need not
+    # wait for the API server's answer
+    assert bed.cluster.assumed.pending_annotations(UID)[JOB_ID] == "41"
+    await bed.settle()
     (patch,) = bed.kube.calls("PATCH", POD_PATH)
     assert patch == {"metadata": {"annotations": {JOB_ID: "41", POD_UID: UID, REJECTED: None}}}
     assert bed.cluster.jobs.by_uid == {UID: 41}
@@ -302,6 +306,7 @@ async def test_a_copied_job_id_is_ignored_and_the_pod_scheduled_from_scratch(
     assert bed.slurm.paths("DELETE") == [], "never cancels another Pod's job"
     (sent,) = bed.slurm.calls("POST", SUBMIT)
     assert sent["job"]["extra"] == job_extra(who())
+    await bed.settle()  # the job id is written in the background
     (patch,) = bed.kube.calls("PATCH", POD_PATH)
     assert patch["metadata"]["annotations"] == {JOB_ID: "42", POD_UID: UID, REJECTED: None}
     assert bed.executor.memory.told_ignored == {UID}
@@ -653,9 +658,9 @@ async def test_a_jobs_change_is_reconciled_unless_it_leaves_the_pod_waiting(
 async def test_a_job_change_of_a_pod_not_settled_is_reconciled(loop: Loop) -> None:
     bed, scheduler = loop.bed, loop.scheduler
     scheduler.queue = WorkQueue(base_delay=60)
-    bed.kube.routes[("PATCH", POD_PATH)] = answer(500, {"message": "etcd is down"})
+    bed.slurm.routes[("POST", SUBMIT)] = down()
     async with working(scheduler) as seen:
-        bed.add_pod(pod())  # submitted, but its job id could not be written: a retry is due
+        bed.add_pod(pod())  # not submitted (slurmrestd down): a retry is due
         await until(lambda: scheduler.queue.failures("ns/p") == 1)
         await quiet(scheduler)
         bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1"))
