@@ -191,8 +191,12 @@ class Executor:
         metrics.JOBS_SUBMITTED.inc()
         log.info("pod %s: submitted job %d", kube.key(pod), job_id)
         record.job_id = job_id  # the dashboard's line: the echo of the job id may not be looked at
-        self.annotate_soon(pod, {self.owned.job_id: str(job_id),
-                                 self.owned.pod_uid: meta["uid"], self.owned.rejected: None})
+        written = {self.owned.job_id: str(job_id), self.owned.pod_uid: meta["uid"],
+                   self.owned.rejected: None}
+        if len(self._annotating) < self.settings.workers:
+            self.annotate_soon(pod, written)
+        else:  # as many writes going on as workers: this one waits its turn (bounds the calls
+            await self.annotate_pod(pod, written)  # in flight, and the memory they hold)
         record.note("JobSubmitted", f"Slurm job {job_id}")
 
     def annotate_soon(self, pod: kube.Obj, annotations: Mapping[str, str | None]) -> None:

@@ -522,3 +522,34 @@ async def test_a_pods_writes_land_in_the_order_they_were_made(bed: Bed) -> None:
     await settle(bed)
     # only the newest write's version may end what is assumed
     assert bed.cluster.assumed.pending_annotations("aaaa-0001") == {f"{PREFIX}job-id": "43"}
+
+
+async def test_past_a_workers_worth_of_background_writes_a_submission_writes_its_own(
+        bed: Bed) -> None:
+    """At most ``workers`` job ids are written in the background: in a burst the API server
+    answers slowly, and writes must not pile up (each holds its Pod and a connection)."""
+    answer = asyncio.Event()
+
+    async def slow_patch(request: httpx.Request) -> httpx.Response:
+        await answer.wait()
+        return httpx.Response(200, json={"metadata": {"resourceVersion": "9"}})
+
+    bed.executor.kube = KubeAPI(kube.Client(FakeCredentials(), transport=httpx.MockTransport(
+        slow_patch)), NAME)
+    bed.cluster.settings.workers = 3
+    bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = lambda r: httpx.Response(
+        200, json={"job_id": 41})
+    for n in range(3):  # each returns at once: its write goes on in the background
+        await asyncio.wait_for(bed.executor.apply_pod(
+            pod(f"uid-{n}"), record(f"uid-{n}"), [do.Submit(description(f"uid-{n}"))]), 1)
+    assert len(bed.executor._annotating) == 3
+    fourth = asyncio.create_task(bed.executor.apply_pod(
+        pod("uid-3"), record("uid-3"), [do.Submit(description("uid-3"))]))
+    try:
+        await asyncio.sleep(0.05)
+        assert not fourth.done(), "the fourth waits for its own write"
+    finally:
+        answer.set()  # else the fixture's clean-up waits for the writes forever
+    await asyncio.wait_for(fourth, 1)
+    await settle(bed)
+    assert bed.executor._annotating == {}
