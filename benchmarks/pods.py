@@ -162,6 +162,26 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def rss_peak_mib(pid: int) -> float:
+    """The most the process has held resident since it started (the kernel's high-water
+    mark): whether the RSS now is a burst's remains or what the process keeps."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def open_sockets(pid: int) -> int:
+    """The process's open sockets: its listeners, watches and pooled connections (each
+    pooled TLS connection keeps buffers)."""
+    fds = Path(f"/proc/{pid}/fd")
+    count = 0
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):  # closed while counted
+            count += os.readlink(fd).startswith("socket:")
+    return count
+
+
 def cpu_seconds(pid: int) -> float:
     """The process's user and system CPU seconds so far."""
     stat = Path(f"/proc/{pid}/stat").read_text()

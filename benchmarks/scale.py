@@ -50,10 +50,12 @@ from benchmarks.pods import (
     cpu_wait_seconds,
     create,
     log_offset,
+    open_sockets,
     pauses,
     pauses_between,
     pod,
     rss_mib,
+    rss_peak_mib,
     scheduler_requests,
     summary,
 )
@@ -86,7 +88,8 @@ async def _idle(running: RunningScheduler, quiet: float,
     polls = polls1.get(POLL, 0.0) - polls0.get(POLL, 0.0)
     return {"cpu_share": round(used / quiet, 4), "polls": polls,
             "cpu_ms_per_poll": round(1000 * used / max(1.0, polls), 2),
-            "rss_mib": round(rss_mib(pid), 1)}
+            "rss_mib": round(rss_mib(pid), 1), "rss_peak_mib": round(rss_peak_mib(pid), 1),
+            "sockets": open_sockets(pid)}
 
 
 async def _probe(kube: httpx.AsyncClient, watch: BoundWatch, running: RunningScheduler,
@@ -276,19 +279,26 @@ def plots(figures: dict[str, Any]) -> list[results.Plot]:
     return out
 
 
+def _rss(idle: dict[str, Any]) -> str:
+    peak = idle.get("rss_peak_mib")  # not in records made before it was measured
+    return f"{idle['rss_mib']:.0f}" + ("" if peak is None else f" ({peak:.0f})")
+
+
 def render(figures: dict[str, Any]) -> str:
     lines = ["| jobs in Slurm | Pods added: CPU ms per Pod | idle: share of a core | "
-             "ms per poll | RSS MiB | probe: CPU ms per Pod | probe: less the idle cost | "
+             "ms per poll | RSS MiB (peak so far) | open sockets | probe: CPU ms per Pod | "
+             "probe: less the idle cost | "
              "probe: created-to-bound p50 / p99 s | probe: started-to-bound p50 / p99 s | "
              "probe: loop waiting for a CPU |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in figures["steps"]:
         probe = s["probe"]
         net = net_of_idle(probe, s["idle"])
         lines.append(
             f"| {s['jobs']:,} | {s['fill']['cpu_ms_per_pod']:.1f} | "
             f"{s['idle']['cpu_share']:.1%} | {s['idle']['cpu_ms_per_poll']:.1f} | "
-            f"{s['idle']['rss_mib']:.0f} | {probe['cpu_ms_per_pod']:.1f} | "
+            f"{_rss(s['idle'])} | {s['idle'].get('sockets', '')} | "
+            f"{probe['cpu_ms_per_pod']:.1f} | "
             f"{'' if net is None else f'{net:.1f}'} | "
             f"{probe['created_to_bound']['p50']:.2f} / {probe['created_to_bound']['p99']:.2f} | "
             f"{probe['started_to_bound']['p50']:.3f} / "
