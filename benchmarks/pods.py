@@ -129,6 +129,16 @@ async def scheduler_requests(metrics_url: str) -> dict[str, float]:
     return counts
 
 
+async def scheduler_gauge(metrics_url: str, name: str) -> float | None:
+    """One of the scheduler's unlabelled gauges now (None: it has no such metric)."""
+    async with httpx.AsyncClient() as client:
+        text = (await client.get(metrics_url + "/metrics")).text
+    for family in text_string_to_metric_families(text):
+        if family.name == name and family.samples:
+            return float(family.samples[0].value)
+    return None
+
+
 def difference(before: dict[str, float], after: dict[str, float], per: int
                ) -> dict[str, float]:
     return {k: round((v - before.get(k, 0.0)) / per, 3) for k, v in sorted(after.items())

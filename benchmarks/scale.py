@@ -56,6 +56,7 @@ from benchmarks.pods import (
     pod,
     rss_mib,
     rss_peak_mib,
+    scheduler_gauge,
     scheduler_requests,
     summary,
 )
@@ -73,7 +74,7 @@ PLOTS = results.REPO / "docs" / "benchmarks"
 
 
 async def _idle(running: RunningScheduler, quiet: float,
-                profile: Path | None = None) -> dict[str, float]:
+                profile: Path | None = None) -> dict[str, float | None]:
     pid = running.process.pid
     await asyncio.sleep(5)  # let the last changes settle
     before, polls0 = cpu_seconds(pid), await scheduler_requests(running.url("metrics"))
@@ -89,7 +90,10 @@ async def _idle(running: RunningScheduler, quiet: float,
     return {"cpu_share": round(used / quiet, 4), "polls": polls,
             "cpu_ms_per_poll": round(1000 * used / max(1.0, polls), 2),
             "rss_mib": round(rss_mib(pid), 1), "rss_peak_mib": round(rss_peak_mib(pid), 1),
-            "sockets": open_sockets(pid)}
+            "sockets": open_sockets(pid),
+            # writes the watch has not shown back: with nothing changing, a leak if not 0
+            "assumed_writes": await scheduler_gauge(running.url("metrics"),
+                                                    "sunk_assumed_writes")}
 
 
 async def _probe(kube: httpx.AsyncClient, watch: BoundWatch, running: RunningScheduler,
@@ -304,9 +308,15 @@ def render(figures: dict[str, Any]) -> str:
             f"{probe['started_to_bound']['p50']:.3f} / "
             f"{probe['started_to_bound']['p99']:.3f} | "
             f"{_share(probe.get('cpu_wait_share'))} |")
+    lines.append("")
+    if all(s["idle"].get("assumed_writes") is not None for s in figures["steps"]):
+        lines += ["- Writes the watch had not shown back, with nothing changing (a leak if "
+                  "not 0): " + " / ".join(f"{s['idle']['assumed_writes']:.0f}"
+                                          for s in figures["steps"]) + " at " +
+                  " / ".join(f"{s['jobs']:,}" for s in figures["steps"]) + " jobs."]
     if "restart" in figures:
         r = figures["restart"]
-        lines += ["", f"- Restart at the top: ready in **{r['ready_seconds']:.1f} s** (target "
+        lines += [f"- Restart at the top: ready in **{r['ready_seconds']:.1f} s** (target "
                   f"30 s), {r['adopted']} jobs adopted, RSS {r['rss_mib']:.0f} MiB after; "
                   f"a probe right after: started-to-bound p99 "
                   f"{r['probe']['started_to_bound']['p99']:.3f} s."]

@@ -25,10 +25,21 @@ class AssumeCache:
 
     # -- what was written ------------------------------------------------------------------
     def wrote_annotations(self, uid: str, annotations: Mapping[str, str | None],
-                          resource_version: str = "") -> None:
+                          resource_version: str = "", *,
+                          watched: Mapping[str, Any] | None = None) -> None:
         """``resource_version``: the object's, as the write's answer gave it. Once the watch
         shows that version or a later one, the watch is right, even if someone else changed
-        the annotations since (compared as integers, as kube-scheduler's assume cache does)."""
+        the annotations since (compared as integers, as kube-scheduler's assume cache does).
+
+        ``watched``: the object as the watch shows it now. The watch may bring the write back
+        before its answer is read; then there is nothing left to wait for, and recorded, the
+        write would stay until the object next changes (for a Pod pending in Slurm: its
+        whole wait, one per pending Pod)."""
+        if watched is not None and resource_version.isdigit():
+            meta = watched.get("metadata") or {}
+            if meta.get("uid") == uid and _caught_up(meta, int(resource_version)):
+                self._seen(uid, annotations)
+                return
         self._annotations.setdefault(uid, {}).update(annotations)
         if resource_version.isdigit():
             self._written_at[uid] = int(resource_version)
@@ -45,6 +56,24 @@ class AssumeCache:
         pending = self._annotations.get(uid)
         return pending is not None and all(
             key in pending and pending[key] == value for key, value in annotations.items())
+
+    def _seen(self, uid: str, annotations: Mapping[str, str | None]) -> None:
+        """``annotations``, written, are shown by the watch: no longer assumed (a newer write
+        of other values, assumed meanwhile, still is)."""
+        pending = self._annotations.get(uid)
+        if pending is None:
+            return
+        for key, value in annotations.items():
+            if key in pending and pending[key] == value:
+                del pending[key]
+        if not pending:
+            del self._annotations[uid]
+            self._written_at.pop(uid, None)
+
+    def waiting(self) -> int:
+        """Writes the watch has not shown yet (an object's annotations, a binding, a taint):
+        a number that stays up means a watch that lags."""
+        return len(self._annotations) + len(self._bound) + len(self._taints)
 
     def bound(self, uid: str) -> None:
         self._bound.add(uid)

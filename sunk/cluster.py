@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from sunk import fit, gang, kube, locking, placement
+from sunk import fit, gang, kube, locking, metrics, placement
 from sunk.assume import AssumeCache
 from sunk.health import Health
 from sunk.inflight import waiting
@@ -57,6 +57,7 @@ class Cluster:
         self.state = state or SchedulerState()
         self.jobs = JobTable(settings.scheduler_name)
         self.assumed = AssumeCache()
+        metrics.ASSUMED_WRITES.set_function(self.assumed.waiting)
         self.scheduling = "scheduler" in settings.components
         namespaces = settings.namespaces()
         watched: list[str | None] = [None] if namespaces is None else list(namespaces)
@@ -302,6 +303,16 @@ class Cluster:
 
     def any_pod(self, key: str) -> kube.Obj | None:
         return self.all_pods.cache.get(key)
+
+    def watched(self, kind: str, obj: Mapping[str, Any]) -> kube.Obj | None:
+        """``obj`` (a Pod or a Node) as its watch shows it now; None if not watched."""
+        meta = obj.get("metadata") or {}
+        if kind == "nodes":
+            return self.node(meta.get("name", ""))
+        if kind == "pods":
+            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            return self.pod(key) or self.any_pod(key)
+        return None
 
     def _is_slurmd(self, pod: kube.Obj) -> bool:
         labels = (pod.get("metadata") or {}).get("labels") or {}

@@ -166,7 +166,8 @@ class Executor:
         if pending and all(pending.get(k, ...) == v for k, v in annotations.items()):
             return  # written already; the watch has not brought it back yet
         version = await self.kube.annotate("pods", meta["namespace"], meta["name"], annotations)
-        self.cluster.assumed.wrote_annotations(meta["uid"], annotations, version)
+        self.cluster.assumed.wrote_annotations(meta["uid"], annotations, version,
+                                               watched=self.cluster.watched("pods", pod))
 
     async def _submit(self, pod: kube.Obj, record: PodRecord, job: dict[str, Any], *,
                       tries: int) -> None:
@@ -239,7 +240,8 @@ class Executor:
                 delay = min(30.0, 2 * delay)
                 continue
             if self._annotating.get(meta["uid"]) is asyncio.current_task():
-                self.cluster.assumed.wrote_annotations(meta["uid"], annotations, version)
+                self.cluster.assumed.wrote_annotations(meta["uid"], annotations, version,
+                                                       watched=self.cluster.watched("pods", pod))
             # else a newer write is assumed over this one: its version, not ours, ends it
             return
 

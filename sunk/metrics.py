@@ -37,6 +37,9 @@ GANG_BIND_LATENCY = Histogram("sunk_gang_start_to_bound_seconds",
                               buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60))
 SLURM_UP = Gauge("sunk_slurm_up", "Whether the last call to slurmrestd worked")
 KUBE_UP = Gauge("sunk_kube_up", "Whether every watch of the API server is healthy")
+ASSUMED_WRITES = Gauge("sunk_assumed_writes", "Writes to the API server (an object's "
+                       "annotations, a binding, a taint) its watch has not shown yet; one that "
+                       "stays up means a watch that lags")
 ORPHANS_CANCELLED = Counter("sunk_orphaned_jobs_cancelled_total",
                             "Jobs of ours cancelled because their Pod no longer exists")
 ANNOTATIONS_IGNORED = Counter("sunk_pod_annotations_ignored_total",

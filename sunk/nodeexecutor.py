@@ -64,7 +64,8 @@ class NodeExecutor:
         meta = obj["metadata"]
         version = await self.kube.annotate(kind, meta.get("namespace"), meta["name"],
                                            annotations)
-        self.cluster.assumed.wrote_annotations(meta.get("uid", ""), annotations, version)
+        self.cluster.assumed.wrote_annotations(meta.get("uid", ""), annotations, version,
+                                               watched=self.cluster.watched(kind, obj))
 
     def node_event(self, node: kube.Obj, reason: str, message: str, *,
                    warning: bool = False) -> None:

@@ -183,3 +183,50 @@ def test_a_later_change_by_someone_else_ends_the_assumption() -> None:
     cache.observe("MODIFIED", overwritten)
     assert cache.annotations(overwritten) == {"a": "theirs"}
     assert cache.pending_annotations("u1") == {}
+
+
+def versioned(version: str, uid: str = "u1", **annotations: str) -> dict[str, Any]:
+    return {"metadata": {"uid": uid, "resourceVersion": version, "annotations": annotations}}
+
+
+def test_a_write_the_watch_showed_before_its_answer_is_not_assumed() -> None:
+    """The watch's event can be read before the write's own answer: recorded after it, the
+    write would stay assumed until the object next changes (a Pod pending in Slurm: never)."""
+    cache = AssumeCache()
+    cache.wrote_annotations("u1", {JOB: "7"}, "120", watched=versioned("120", **{JOB: "7"}))
+    assert cache.pending_annotations("u1") == {}
+    assert cache.waiting() == 0
+    # a later version shown (someone else wrote since): the watch is right as well
+    cache.wrote_annotations("u1", {JOB: "8"}, "121", watched=versioned("125", **{JOB: "9"}))
+    assert cache.annotations(versioned("125", **{JOB: "9"})) == {JOB: "9"}
+
+
+def test_a_write_the_watch_has_not_shown_is_assumed() -> None:
+    cache = AssumeCache()
+    for watched in (versioned("119", **{JOB: "6"}),  # an older copy
+                    versioned("130", uid="u0"),  # another object of that name
+                    None):  # not watched
+        cache.wrote_annotations("u1", {JOB: "7"}, "120", watched=watched)
+        assert cache.pending_annotations("u1") == {JOB: "7"}
+        assert cache.waiting() == 1
+        cache.observe("MODIFIED", versioned("120", **{JOB: "7"}))
+        assert cache.waiting() == 0
+
+
+def test_a_newer_assumed_write_stays_when_an_older_one_is_shown() -> None:
+    cache = AssumeCache()
+    cache.assume_annotations("u1", {JOB: "7", "uid": "u1"})
+    cache.assume_annotations("u1", {JOB: "8"})  # replaced before the first was answered
+    cache.wrote_annotations("u1", {JOB: "7", "uid": "u1"}, "120",
+                            watched=versioned("120", **{JOB: "7", "uid": "u1"}))
+    assert cache.pending_annotations("u1") == {JOB: "8"}
+
+
+def test_waiting_counts_each_kind_of_write() -> None:
+    cache = AssumeCache()
+    cache.wrote_annotations("u1", {JOB: "7"})
+    cache.bound("u1")
+    cache.set_taint("n1", LOCK, True)
+    assert cache.waiting() == 3
+    cache.forget("u1")
+    assert cache.waiting() == 1

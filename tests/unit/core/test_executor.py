@@ -553,3 +553,19 @@ async def test_past_a_workers_worth_of_background_writes_a_submission_writes_its
     await asyncio.wait_for(fourth, 1)
     await settle(bed)
     assert bed.executor._annotating == {}
+
+
+async def test_a_job_id_the_watch_brought_back_before_the_answer_is_not_left_assumed(
+        bed: Bed) -> None:
+    def patch(request: httpx.Request) -> httpx.Response:
+        # the watch's event is read first: the cache holds the Pod at the write's version
+        echo = pod(**{f"{PREFIX}job-id": "41"})
+        echo["metadata"]["resourceVersion"] = "12"
+        bed.cluster.all_pods.cache["ns/p"] = echo
+        bed.cluster.assumed.observe("MODIFIED", echo)
+        return httpx.Response(200, json={"metadata": {"resourceVersion": "12"}})
+
+    bed.kube.routes[("PATCH", "/api/v1/namespaces/ns/pods/p")] = patch
+    await bed.executor.annotate_pod(pod(), {f"{PREFIX}job-id": "41"})
+    assert bed.cluster.assumed.pending_annotations("aaaa-0001") == {}
+    assert bed.cluster.assumed.waiting() == 0
