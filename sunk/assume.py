@@ -35,11 +35,10 @@ class AssumeCache:
         before its answer is read; then there is nothing left to wait for, and recorded, the
         write would stay until the object next changes (for a Pod pending in Slurm: its
         whole wait, one per pending Pod)."""
-        if watched is not None and resource_version.isdigit():
-            meta = watched.get("metadata") or {}
-            if meta.get("uid") == uid and _caught_up(meta, int(resource_version)):
-                self._seen(uid, annotations)
-                return
+        if (meta := _same(watched, uid)) is not None and (
+                _caught_up(meta, _version(resource_version)) or _has(meta, annotations)):
+            self._seen(uid, annotations)
+            return
         self._annotations.setdefault(uid, {}).update(annotations)
         if resource_version.isdigit():
             self._written_at[uid] = int(resource_version)
@@ -75,11 +74,23 @@ class AssumeCache:
         a number that stays up means a watch that lags."""
         return len(self._annotations) + len(self._bound) + len(self._taints)
 
-    def bound(self, uid: str) -> None:
+    def bound(self, uid: str, *, watched: Mapping[str, Any] | None = None) -> None:
+        """``watched``: as for :meth:`wrote_annotations` (already on its Node: not assumed)."""
+        if _same(watched, uid) is not None and ((watched or {}).get("spec") or {}).get(
+                "nodeName"):
+            return
         self._bound.add(uid)
 
-    def set_taint(self, uid: str, key: str, present: bool, resource_version: str = "") -> None:
-        """As :meth:`wrote_annotations`: a watched version at or past ours ends it."""
+    def set_taint(self, uid: str, key: str, present: bool, resource_version: str = "", *,
+                  watched: Mapping[str, Any] | None = None) -> None:
+        """As :meth:`wrote_annotations`: a watched version at or past ours ends it, and a
+        watched object that shows it already is not assumed."""
+        if (meta := _same(watched, uid)) is not None and (
+                _caught_up(meta, _version(resource_version)) or _shows_taint(
+                    watched or {}, key) == present):
+            self._taints.pop(uid, None)
+            self._taint_written_at.pop(uid, None)
+            return
         self._taints[uid] = (key, present)
         if resource_version.isdigit():
             self._taint_written_at[uid] = int(resource_version)
@@ -116,7 +127,7 @@ class AssumeCache:
         assumed = self._taints.get((node.get("metadata") or {}).get("uid", ""))
         if assumed is not None and assumed[0] == key:
             return assumed[1]
-        return any(t.get("key") == key for t in (node.get("spec") or {}).get("taints") or [])
+        return _shows_taint(node, key)
 
     # -- the watch ----------------------------------------------------------------------------
     def observe(self, kind: str, obj: Mapping[str, Any]) -> None:
@@ -127,24 +138,40 @@ class AssumeCache:
             self.forget(uid)
             return
         written = self._annotations.get(uid)
-        if written is not None:
-            have = meta.get("annotations") or {}
-            if _caught_up(meta, self._written_at.get(uid)) or all(
-                    have.get(k) == v for k, v in written.items()):
-                del self._annotations[uid]
-                self._written_at.pop(uid, None)
+        if written is not None and (
+                _caught_up(meta, self._written_at.get(uid)) or _has(meta, written)):
+            del self._annotations[uid]
+            self._written_at.pop(uid, None)
         if (obj.get("spec") or {}).get("nodeName"):
             self._bound.discard(uid)
         taint = self._taints.get(uid)
-        if taint is not None:
-            taints = (obj.get("spec") or {}).get("taints") or []
-            if _caught_up(meta, self._taint_written_at.get(uid)) or any(
-                    t.get("key") == taint[0] for t in taints) == taint[1]:
-                del self._taints[uid]
-                self._taint_written_at.pop(uid, None)
+        if taint is not None and (_caught_up(meta, self._taint_written_at.get(uid))
+                                  or _shows_taint(obj, taint[0]) == taint[1]):
+            del self._taints[uid]
+            self._taint_written_at.pop(uid, None)
 
 
 def _caught_up(meta: Mapping[str, Any], written_at: int | None) -> bool:
     """The watch shows the object at or past the version our write produced."""
     seen = str(meta.get("resourceVersion", ""))
     return written_at is not None and seen.isdigit() and int(seen) >= written_at
+
+
+def _same(watched: Mapping[str, Any] | None, uid: str) -> Mapping[str, Any] | None:
+    """The watched object's metadata, if it is the object written (``uid``)."""
+    meta = (watched or {}).get("metadata") or {}
+    return meta if watched is not None and meta.get("uid") == uid else None
+
+
+def _version(resource_version: str) -> int | None:
+    return int(resource_version) if resource_version.isdigit() else None
+
+
+def _has(meta: Mapping[str, Any], annotations: Mapping[str, str | None]) -> bool:
+    """The object's annotations are ``annotations`` (None: absent)."""
+    have = meta.get("annotations") or {}
+    return all(have.get(k) == v for k, v in annotations.items())
+
+
+def _shows_taint(obj: Mapping[str, Any], key: str) -> bool:
+    return any(t.get("key") == key for t in (obj.get("spec") or {}).get("taints") or [])

@@ -365,9 +365,11 @@ class Executor:
         except BaseException:
             self.cluster.usage.observe("MODIFIED", pod)  # not bound: hold nothing there
             raise
-        self.cluster.assumed.bound(pod["metadata"]["uid"])
+        watched = self.cluster.watched("pods", pod)
+        self.cluster.assumed.bound(pod["metadata"]["uid"], watched=watched)
         if annotations:
-            self.cluster.assumed.wrote_annotations(pod["metadata"]["uid"], annotations)
+            self.cluster.assumed.wrote_annotations(pod["metadata"]["uid"], annotations,
+                                                   watched=watched)
         record.bound_at = time.time()
         record.k8s_node = k8s_node
         metrics.PODS_BOUND.inc()

@@ -79,7 +79,7 @@ class NodeExecutor:
             taints.append(dict(LOCK_TAINT_SPEC))
         version = await self.kube.set_taints(node, taints)
         self.cluster.assumed.set_taint(node["metadata"].get("uid", ""), LOCK_KEY, present,
-                                       version)
+                                       version, watched=self.cluster.watched("nodes", node))
 
     async def _set_lock_state(self, facts: NodeFacts, node: kube.Obj, slurmd: kube.Obj,
                               before: LockState, after: LockState,

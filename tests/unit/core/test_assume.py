@@ -230,3 +230,29 @@ def test_waiting_counts_each_kind_of_write() -> None:
     assert cache.waiting() == 3
     cache.forget("u1")
     assert cache.waiting() == 1
+
+
+def test_a_write_the_watch_shows_already_is_not_assumed_even_without_a_version() -> None:
+    """A binding's answer carries no version: the watched object's content decides."""
+    cache = AssumeCache()
+    cache.wrote_annotations("u1", {JOB: "7"}, watched=versioned("5", **{JOB: "7"}))
+    cache.bound("u1", watched=obj(nodeName="n1"))
+    assert cache.waiting() == 0
+    assert cache.is_bound(obj()) is False, "the watch is trusted: it shows the Node"
+    cache.bound("u1", watched=obj())  # not on a Node yet in the watch: assumed
+    cache.bound("u2", watched=obj(nodeName="n1"))  # another object's copy proves nothing
+    cache.wrote_annotations("u1", {JOB: "8"}, watched=versioned("5", **{JOB: "7"}))
+    assert cache.is_bound(obj("u1")) and cache.is_bound(obj("u2"))
+    assert cache.pending_annotations("u1") == {JOB: "8"}
+
+
+def test_a_taint_the_watch_shows_already_is_not_assumed() -> None:
+    cache = AssumeCache()
+    node = {"metadata": {"uid": "n1", "resourceVersion": "3"}, "spec": {"taints": [taint()]}}
+    cache.set_taint("n1", LOCK, True, "3", watched=node)
+    assert cache.waiting() == 0
+    cache.set_taint("n1", LOCK, False, "4", watched=node)  # the watch is behind: assumed
+    assert cache.has_taint(node, LOCK) is False
+    cache.set_taint("n1", LOCK, True, "5", watched={**node, "metadata": {
+        "uid": "n1", "resourceVersion": "5"}})  # shown at its version: no longer assumed
+    assert cache.waiting() == 0
