@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+#: How many deleted objects' uids are kept: more than the writes that can be in flight at once.
+DELETED_KEPT = 4096
+
 
 class AssumeCache:
     def __init__(self) -> None:
@@ -22,6 +25,9 @@ class AssumeCache:
         self._taints: dict[str, tuple[str, bool]] = {}
         #: uid -> the resourceVersion our newest write (annotations or taints) got.
         self._taint_written_at: dict[str, int] = {}
+        #: The newest uids the watch showed deleted (oldest first): a write answered after
+        #: its object's DELETED event is not assumed, since nothing would ever confirm it.
+        self._deleted: dict[str, None] = {}
 
     # -- what was written ------------------------------------------------------------------
     def wrote_annotations(self, uid: str, annotations: Mapping[str, str | None],
@@ -35,6 +41,8 @@ class AssumeCache:
         before its answer is read; then there is nothing left to wait for, and recorded, the
         write would stay until the object next changes (for a Pod pending in Slurm: its
         whole wait, one per pending Pod)."""
+        if uid in self._deleted:
+            return
         if (meta := _same(watched, uid)) is not None and (
                 _caught_up(meta, _version(resource_version)) or _has(meta, annotations)):
             self._seen(uid, annotations)
@@ -46,6 +54,8 @@ class AssumeCache:
     def assume_annotations(self, uid: str, annotations: Mapping[str, str | None]) -> None:
         """A write not sent yet (it goes in the background): believed from now on. A version an
         earlier write got no longer tells that the watch shows this one."""
+        if uid in self._deleted:
+            return
         self._annotations.setdefault(uid, {}).update(annotations)
         self._written_at.pop(uid, None)
 
@@ -76,8 +86,8 @@ class AssumeCache:
 
     def bound(self, uid: str, *, watched: Mapping[str, Any] | None = None) -> None:
         """``watched``: as for :meth:`wrote_annotations` (already on its Node: not assumed)."""
-        if _same(watched, uid) is not None and ((watched or {}).get("spec") or {}).get(
-                "nodeName"):
+        if uid in self._deleted or (_same(watched, uid) is not None and (
+                (watched or {}).get("spec") or {}).get("nodeName")):
             return
         self._bound.add(uid)
 
@@ -85,6 +95,8 @@ class AssumeCache:
                   watched: Mapping[str, Any] | None = None) -> None:
         """As :meth:`wrote_annotations`: a watched version at or past ours ends it, and a
         watched object that shows it already is not assumed."""
+        if uid in self._deleted:
+            return
         if (meta := _same(watched, uid)) is not None and (
                 _caught_up(meta, _version(resource_version)) or _shows_taint(
                     watched or {}, key) == present):
@@ -136,6 +148,9 @@ class AssumeCache:
         uid = meta.get("uid", "")
         if kind == "DELETED":
             self.forget(uid)
+            self._deleted[uid] = None
+            if len(self._deleted) > DELETED_KEPT:
+                del self._deleted[next(iter(self._deleted))]
             return
         written = self._annotations.get(uid)
         if written is not None and (

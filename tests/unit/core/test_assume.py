@@ -256,3 +256,26 @@ def test_a_taint_the_watch_shows_already_is_not_assumed() -> None:
     cache.set_taint("n1", LOCK, True, "5", watched={**node, "metadata": {
         "uid": "n1", "resourceVersion": "5"}})  # shown at its version: no longer assumed
     assert cache.waiting() == 0
+
+
+def test_a_write_answered_after_its_object_was_deleted_is_not_assumed() -> None:
+    """Nothing would confirm it: it would stay for good."""
+    cache = AssumeCache()
+    cache.observe("DELETED", obj("u1"))
+    cache.wrote_annotations("u1", {JOB: "7"}, "120")
+    cache.assume_annotations("u1", {JOB: "8"})
+    cache.bound("u1")
+    cache.set_taint("u1", LOCK, True, "121")
+    assert cache.waiting() == 0
+    cache.bound("u2")  # another object is assumed as ever
+    assert cache.waiting() == 1
+
+
+def test_only_the_newest_deleted_uids_are_kept(monkeypatch: Any) -> None:
+    monkeypatch.setattr("sunk.assume.DELETED_KEPT", 2)
+    cache = AssumeCache()
+    for uid in ("u1", "u2", "u3"):
+        cache.observe("DELETED", obj(uid))
+    cache.bound("u1")  # forgotten as deleted: a write to it is assumed again
+    cache.bound("u3")
+    assert cache.is_bound(obj("u1")) and not cache.is_bound(obj("u3"))
