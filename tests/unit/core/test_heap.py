@@ -88,3 +88,15 @@ def test_young_collections_come_less_often_and_the_older_thresholds_stay() -> No
         assert before[0] < YOUNG_COLLECTION_EVERY
     finally:
         gc.set_threshold(*before)
+
+
+def test_the_scheduler_does_not_load_httpxs_command_line_tool() -> None:
+    """rich, click's formatting and pygments come with litestar's CLI; httpx would import its
+    own CLI on them, 3.6 MiB the scheduler never uses (sunk/__main__.py). A fresh interpreter:
+    this one has loaded everything."""
+    ran = subprocess.run([sys.executable, "-c", "import sys, sunk.__main__, httpx; "
+                          "print(sorted(m for m in ('rich', 'pygments', 'httpx._main') "
+                          "if sys.modules.get(m) is not None), httpx.AsyncClient.__name__)"],
+                         capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[3])
+    assert ran.stdout == "[] AsyncClient\n", ran.stdout + ran.stderr
