@@ -305,13 +305,14 @@ class Cluster:
         return self.all_pods.cache.get(key)
 
     def watched(self, kind: str, obj: Mapping[str, Any]) -> kube.Obj | None:
-        """``obj`` (a Pod or a Node) as its watch shows it now; None if not watched."""
+        """``obj`` (a Pod or a Node) as the watch that confirms writes to it shows it now (the
+        one whose copy is read with the assume cache on top); None if not watched."""
         meta = obj.get("metadata") or {}
         if kind == "nodes":
             return self.node(meta.get("name", ""))
         if kind == "pods":
             key = f"{meta.get('namespace')}/{meta.get('name')}"
-            return self.pod(key) or self.any_pod(key)
+            return self.pod(key) or self.slurmd_informer.cache.get(key)
         return None
 
     def _is_slurmd(self, pod: kube.Obj) -> bool:

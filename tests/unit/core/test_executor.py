@@ -561,7 +561,7 @@ async def test_a_job_id_the_watch_brought_back_before_the_answer_is_not_left_ass
         # the watch's event is read first: the cache holds the Pod at the write's version
         echo = pod(**{f"{PREFIX}job-id": "41"})
         echo["metadata"]["resourceVersion"] = "12"
-        bed.cluster.all_pods.cache["ns/p"] = echo
+        bed.cluster.pod_informers[0].cache["ns/p"] = echo
         bed.cluster.assumed.observe("MODIFIED", echo)
         return httpx.Response(200, json={"metadata": {"resourceVersion": "12"}})
 
@@ -569,3 +569,22 @@ async def test_a_job_id_the_watch_brought_back_before_the_answer_is_not_left_ass
     await bed.executor.annotate_pod(pod(), {f"{PREFIX}job-id": "41"})
     assert bed.cluster.assumed.pending_annotations("aaaa-0001") == {}
     assert bed.cluster.assumed.waiting() == 0
+
+
+def test_a_write_is_checked_against_the_watch_that_confirms_it(bed: Bed) -> None:
+    """The Pod informer for the scheduler's Pods, the slurmd informer for slurmd Pods, the Node
+    informer for Nodes: each is read with the assume cache on top. Every Pod's watch is not:
+    a copy there ahead of the slurmd informer's must not end what the syncer still needs."""
+    ours, slurmd, other, node = (
+        {"metadata": {"namespace": ns, "name": name, "uid": name}}
+        for ns, name in (("ns", "p"), ("slurm", "slurmd-0"), ("x", "y"), (None, "n1")))
+    bed.cluster.pod_informers[0].cache["ns/p"] = ours
+    bed.cluster.slurmd_informer.cache["slurm/slurmd-0"] = slurmd
+    bed.cluster.node_informer.cache["n1"] = node
+    for each in (ours, slurmd, other):
+        bed.cluster.all_pods.cache[kube.key(each)] = {**each, "spec": {}}
+    assert bed.cluster.watched("pods", ours) is ours
+    assert bed.cluster.watched("pods", slurmd) is slurmd
+    assert bed.cluster.watched("pods", other) is None
+    assert bed.cluster.watched("nodes", node) is node
+    assert bed.cluster.watched("namespaces", node) is None
