@@ -162,8 +162,7 @@ class Executor:
         meta = pod["metadata"]
         if (writing := self._annotating.get(meta["uid"])) is not None:
             await asyncio.wait([writing])  # a Pod's writes land in the order they were made
-        pending = self.cluster.assumed.pending_annotations(meta["uid"])
-        if pending and all(pending.get(k, ...) == v for k, v in annotations.items()):
+        if self.cluster.assumed.still_assumed(meta["uid"], annotations):
             return  # written already; the watch has not brought it back yet
         version = await self.kube.annotate("pods", meta["namespace"], meta["name"], annotations)
         self.cluster.assumed.wrote_annotations(meta["uid"], annotations, version,
