@@ -5,12 +5,14 @@ taints, evictions) and to Slurm (submissions, cancellations, node drains); a nod
 are in :mod:`sunk.nodeexecutor`, which the executor hands them to. Each write is
 recorded in the assume cache, the dashboard's records and the metrics. Events are sent in the
 background, and so is the job id written after a submission (assumed at once, retried until
-written): a bind never waits for either.
+written): a bind never waits for either. The job id waits a moment first: a job that starts
+within it has its id carried by the Pod's binding, one write instead of two.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -33,6 +35,26 @@ log = logging.getLogger("sunk.executor")
 
 #: The first wait before a background write of annotations is tried again (doubling to 30 s).
 ANNOTATE_RETRY = 0.5
+
+#: How long a new job's id waits before it is written on its Pod by a write of its own. Most
+#: jobs that start at all start within it (below capacity, submit to started was 1.2 s at most
+#: in the open-loop runs): their Pod's binding carries the id, and the API server takes one
+#: write per Pod, not two. A job pending longer has its id on the Pod after this.
+JOB_ID_WAIT = 2.0
+
+
+@dataclass(eq=False)
+class DelayedWrite:
+    """Annotations waiting out :data:`JOB_ID_WAIT`; a binding that comes first takes them."""
+
+    annotations: dict[str, str | None]
+    #: Set to write them now (a newer write of the Pod waits behind this one).
+    hurry: asyncio.Event = field(default_factory=asyncio.Event)
+    #: No earlier write of the Pod is still going on: a binding may carry these (one that
+    #: did while an older value was in flight could be overwritten by it).
+    alone: bool = False
+    #: A binding carries them: not written on their own.
+    taken: bool = False
 
 
 def scheduled_message(pod_key: str, k8s_node: str, slurm_node: str, job_id: int, *,
@@ -104,6 +126,11 @@ class Executor:
         self._background: set[asyncio.Task[None]] = set()
         #: Pod uid -> the newest write of its annotations still going on in the background.
         self._annotating: dict[str, asyncio.Task[None]] = {}
+        #: Pod uid -> its job id waiting out JOB_ID_WAIT (a binding may carry it).
+        self._delayed: dict[str, DelayedWrite] = {}
+        #: Background writes sent at once, at most: a burst of submissions cannot open a
+        #: connection per Pod.
+        self._sending = asyncio.Semaphore(self.settings.workers)
         self.nodes = NodeExecutor(cluster, kube_port, slurm, fire=self.fire)
 
     def fire(self, coro: Coroutine[Any, Any, None]) -> None:
@@ -161,6 +188,7 @@ class Executor:
     async def annotate_pod(self, pod: kube.Obj, annotations: Any) -> None:
         meta = pod["metadata"]
         if (writing := self._annotating.get(meta["uid"])) is not None:
+            self._hurry(meta["uid"])
             await asyncio.wait([writing])  # a Pod's writes land in the order they were made
         if self.cluster.assumed.still_assumed(meta["uid"], annotations):
             return  # written already; the watch has not brought it back yet
@@ -193,22 +221,27 @@ class Executor:
         record.job_id = job_id  # the dashboard's line: the echo of the job id may not be looked at
         written = {self.owned.job_id: str(job_id), self.owned.pod_uid: meta["uid"],
                    self.owned.rejected: None}
-        if len(self._annotating) < self.settings.workers:
-            self.annotate_soon(pod, written)
-        else:  # as many writes going on as workers: this one waits its turn (bounds the calls
-            await self.annotate_pod(pod, written)  # in flight, and the memory they hold)
+        self.annotate_soon(pod, written, wait=True)
         record.note("JobSubmitted", f"Slurm job {job_id}")
 
-    def annotate_soon(self, pod: kube.Obj, annotations: Mapping[str, str | None]) -> None:
+    def annotate_soon(self, pod: kube.Obj, annotations: Mapping[str, str | None], *,
+                      wait: bool = False) -> None:
         """Write ``annotations`` in the background, believed written from now on. For the job
         id after a submission: one worker handles a Pod at a time, so the Pod's binding waited
         behind this write, which an API server in a burst took seconds to answer while the job
         had started (docs/benchmarks.md, stop 31). Tried again until written, or the Pod is
-        gone; a Pod's writes land in the order they were made."""
+        gone; a Pod's writes land in the order they were made. ``wait``: not before
+        :data:`JOB_ID_WAIT`, unless hurried; a binding before then carries them."""
         uid = pod["metadata"]["uid"]
         self.cluster.assumed.assume_annotations(uid, annotations)
+        self._hurry(uid)  # an older value waiting: superseded, let it go (it writes nothing)
+        after = self._annotating.get(uid)
+        delayed: DelayedWrite | None = None
+        if wait:
+            delayed = self._delayed[uid] = DelayedWrite(
+                dict(annotations), alone=after is None or after.done())
         task = asyncio.create_task(self._write_annotations(
-            pod, dict(annotations), after=self._annotating.get(uid)))
+            pod, dict(annotations), after=after, delayed=delayed))
         self._annotating[uid] = task
         self._background.add(task)
 
@@ -219,16 +252,46 @@ class Executor:
 
         task.add_done_callback(done)
 
+    def _hurry(self, uid: str) -> None:
+        if (delayed := self._delayed.get(uid)) is not None:
+            delayed.hurry.set()
+
+    def _carried_by_binding(self, pod: kube.Obj) -> dict[str, str | None]:
+        """The Pod's delayed job id, taken for its binding to carry (empty: none, or one a
+        binding cannot carry: a binding sets annotations, it cannot remove one)."""
+        meta = pod["metadata"]
+        delayed = self._delayed.get(meta["uid"])
+        if delayed is None:
+            return {}
+        delayed.hurry.set()  # bound now: nothing more to wait for
+        present = meta.get("annotations") or {}
+        if not delayed.alone or any(value is None and key in present
+                                    for key, value in delayed.annotations.items()):
+            return {}  # written on its own, at once
+        delayed.taken = True
+        del self._delayed[meta["uid"]]
+        return delayed.annotations
+
     async def _write_annotations(self, pod: kube.Obj, annotations: dict[str, str | None], *,
-                                 after: asyncio.Task[None] | None) -> None:
+                                 after: asyncio.Task[None] | None,
+                                 delayed: DelayedWrite | None = None) -> None:
+        meta = pod["metadata"]
         if after is not None:
             await asyncio.wait([after])
-        meta = pod["metadata"]
+        if delayed is not None:
+            delayed.alone = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(delayed.hurry.wait(), JOB_ID_WAIT)
+            if self._delayed.get(meta["uid"]) is delayed:
+                del self._delayed[meta["uid"]]
+            if delayed.taken:
+                return  # the binding carried them (or, if it failed, wrote them again)
         delay = ANNOTATE_RETRY
         while self.cluster.assumed.still_assumed(meta["uid"], annotations):
             try:
-                version = await self.kube.annotate("pods", meta["namespace"], meta["name"],
-                                                   annotations)
+                async with self._sending:
+                    version = await self.kube.annotate("pods", meta["namespace"], meta["name"],
+                                                       annotations)
             except Exception as exc:  # whatever failed, the job id must not stay unwritten
                 if isinstance(exc, kube.KubeError) and exc.status == 404:
                     return  # the Pod is gone: its DELETED event forgets what was assumed
@@ -359,15 +422,20 @@ class Executor:
             raise RetryLater(f"Node {k8s_node} has no room any more: {'; '.join(lacking)}",
                              room=True)
         self.cluster.usage.assume_bound(pod, k8s_node)
+        carried = self._carried_by_binding(pod)
+        written = {**carried, **(annotations or {})}
         try:
-            await self.kube.bind(pod, k8s_node, annotations)
+            await self.kube.bind(pod, k8s_node, {
+                key: value for key, value in written.items() if value is not None})
         except BaseException:
             self.cluster.usage.observe("MODIFIED", pod)  # not bound: hold nothing there
+            if carried and self.cluster.assumed.still_assumed(pod["metadata"]["uid"], carried):
+                self.annotate_soon(pod, carried)  # not carried after all: written on its own
             raise
         watched = self.cluster.watched("pods", pod)
         self.cluster.assumed.bound(pod["metadata"]["uid"], watched=watched)
-        if annotations:
-            self.cluster.assumed.wrote_annotations(pod["metadata"]["uid"], annotations,
+        if written:
+            self.cluster.assumed.wrote_annotations(pod["metadata"]["uid"], written,
                                                    watched=watched)
         record.bound_at = time.time()
         record.k8s_node = k8s_node

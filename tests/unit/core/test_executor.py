@@ -524,35 +524,144 @@ async def test_a_pods_writes_land_in_the_order_they_were_made(bed: Bed) -> None:
     assert bed.cluster.assumed.pending_annotations("aaaa-0001") == {f"{PREFIX}job-id": "43"}
 
 
-async def test_past_a_workers_worth_of_background_writes_a_submission_writes_its_own(
+async def test_at_most_a_workers_worth_of_background_writes_are_sent_at_once(
         bed: Bed) -> None:
-    """At most ``workers`` job ids are written in the background: in a burst the API server
-    answers slowly, and writes must not pile up (each holds its Pod and a connection)."""
+    """In a burst the API server answers slowly: background writes must not open a
+    connection per Pod."""
     answer = asyncio.Event()
+    in_flight = most = 0
 
     async def slow_patch(request: httpx.Request) -> httpx.Response:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
         await answer.wait()
+        in_flight -= 1
         return httpx.Response(200, json={"metadata": {"resourceVersion": "9"}})
 
     bed.executor.kube = KubeAPI(kube.Client(FakeCredentials(), transport=httpx.MockTransport(
         slow_patch)), NAME)
-    bed.cluster.settings.workers = 3
+    bed.executor._sending = asyncio.Semaphore(3)  # as if settings.workers were 3
     bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = lambda r: httpx.Response(
         200, json={"job_id": 41})
-    for n in range(3):  # each returns at once: its write goes on in the background
+    for n in range(5):  # each returns at once: its write goes on in the background
         await asyncio.wait_for(bed.executor.apply_pod(
             pod(f"uid-{n}"), record(f"uid-{n}"), [do.Submit(description(f"uid-{n}"))]), 1)
-    assert len(bed.executor._annotating) == 3
-    fourth = asyncio.create_task(bed.executor.apply_pod(
-        pod("uid-3"), record("uid-3"), [do.Submit(description("uid-3"))]))
     try:
-        await asyncio.sleep(0.05)
-        assert not fourth.done(), "the fourth waits for its own write"
+        await asyncio.sleep(0.1)  # past the job id's wait: every write wants to go
+        assert (in_flight, most) == (3, 3)
     finally:
         answer.set()  # else the fixture's clean-up waits for the writes forever
-    await asyncio.wait_for(fourth, 1)
     await settle(bed)
-    assert bed.executor._annotating == {}
+    assert most == 3 and bed.executor._annotating == {}
+
+
+async def submit_41(bed: Bed, the_pod: dict[str, Any] | None = None) -> None:
+    bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = lambda r: httpx.Response(
+        200, json={"job_id": 41})
+    await bed.executor.apply_pod(the_pod or pod(), record(), [do.Submit(description())])
+
+
+JOB_ID_WRITTEN = {f"{PREFIX}job-id": "41", f"{PREFIX}pod-uid": "aaaa-0001"}
+
+
+async def test_a_job_that_starts_at_once_has_its_id_carried_by_the_binding(
+        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One write per Pod, not two: the binding sets the job id on the Pod."""
+    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 5.0)
+    add_node(bed)
+    await submit_41(bed)
+    await bed.executor.apply_pod(pod(), record(), [do.Bind("node-a", "slurm-1", 41)])
+    (binding,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/pods/p/binding")
+    assert binding["metadata"]["annotations"] == JOB_ID_WRITTEN
+    await asyncio.wait_for(settle(bed), 1)  # the delayed write ends at once, unsent
+    assert bed.kube.calls("PATCH") == []
+    assert bed.executor._annotating == {} and bed.executor._delayed == {}
+    # believed until the watch shows the Pod bound with them
+    assert bed.cluster.assumed.annotations(pod())[f"{PREFIX}job-id"] == "41"
+    bound = pod(**JOB_ID_WRITTEN)
+    bound["spec"]["nodeName"] = "node-a"
+    bed.cluster.assumed.observe("MODIFIED", bound)
+    assert bed.cluster.assumed.waiting() == 0
+
+
+async def test_a_job_that_waits_longer_has_its_id_written_on_its_own(bed: Bed) -> None:
+    await submit_41(bed)
+    await settle(bed)  # past JOB_ID_WAIT (shortened here)
+    (patch,) = bed.kube.calls("PATCH", "/api/v1/namespaces/ns/pods/p")
+    assert patch["metadata"]["annotations"] == {**JOB_ID_WRITTEN, f"{PREFIX}rejected": None}
+    add_node(bed)
+    await bed.executor.apply_pod(pod(), record(), [do.Bind("node-a", "slurm-1", 41)])
+    (binding,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/pods/p/binding")
+    assert "annotations" not in binding["metadata"], "written already: not again"
+
+
+async def test_a_failed_binding_leaves_the_job_id_to_its_own_write(
+        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 5.0)
+    add_node(bed)
+    bed.kube.routes[("POST", "/api/v1/namespaces/ns/pods/p/binding")] = lambda r: (
+        httpx.Response(500, json={"message": "etcd timeout"}))
+    await submit_41(bed)
+    with pytest.raises(kube.KubeError):
+        await bed.executor.apply_pod(pod(), record(), [do.Bind("node-a", "slurm-1", 41)])
+    await asyncio.wait_for(settle(bed), 1)  # written at once, not after the wait
+    (patch,) = bed.kube.calls("PATCH", "/api/v1/namespaces/ns/pods/p")
+    assert patch["metadata"]["annotations"] == {**JOB_ID_WRITTEN, f"{PREFIX}rejected": None}
+
+
+async def test_a_binding_does_not_carry_what_it_cannot_remove(
+        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Pod once rejected (its policy since changed) loses the ``rejected`` annotation with
+    its job id: a binding only sets annotations, so the job id goes on its own write."""
+    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 0.1)
+    add_node(bed)
+    rejected = pod(**{f"{PREFIX}rejected": "PolicyViolation"})
+    await submit_41(bed, rejected)
+    await bed.executor.apply_pod(rejected, record(), [do.Bind("node-a", "slurm-1", 41)])
+    (binding,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/pods/p/binding")
+    assert "annotations" not in binding["metadata"]
+    await settle(bed)
+    (patch,) = bed.kube.calls("PATCH", "/api/v1/namespaces/ns/pods/p")
+    assert patch["metadata"]["annotations"][f"{PREFIX}rejected"] is None
+
+
+async def test_a_binding_does_not_carry_a_job_id_behind_an_older_write_in_flight(
+        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The older write, landing after the binding, would put the older job id back."""
+    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 5.0)
+    answer = asyncio.Event()
+
+    async def slow_patches(request: httpx.Request) -> httpx.Response:
+        if request.method == "PATCH":
+            await answer.wait()
+        return bed.kube(request)
+
+    bed.executor.kube = KubeAPI(kube.Client(FakeCredentials(), transport=httpx.MockTransport(
+        slow_patches)), NAME)
+    add_node(bed)
+    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "40"})  # going out, not answered
+    await asyncio.sleep(0.01)
+    await submit_41(bed)
+    try:
+        await bed.executor.apply_pod(pod(), record(), [do.Bind("node-a", "slurm-1", 41)])
+    finally:
+        answer.set()
+    (binding,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/pods/p/binding")
+    assert "annotations" not in binding["metadata"]
+    await asyncio.wait_for(settle(bed), 1)  # the binding hurried it: not a 5 s wait
+    values = [p["metadata"]["annotations"][f"{PREFIX}job-id"]
+              for p in bed.kube.calls("PATCH", "/api/v1/namespaces/ns/pods/p")]
+    assert values == ["40", "41"]
+
+
+async def test_a_write_of_the_pods_own_hurries_its_waiting_job_id(
+        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 5.0)
+    await submit_41(bed)
+    await asyncio.wait_for(bed.executor.annotate_pod(pod(), {f"{PREFIX}note": "x"}), 1)
+    written = [p["metadata"]["annotations"] for p in bed.kube.calls("PATCH")]
+    assert written == [{**JOB_ID_WRITTEN, f"{PREFIX}rejected": None}, {f"{PREFIX}note": "x"}]
 
 
 async def test_a_job_id_the_watch_brought_back_before_the_answer_is_not_left_assumed(
