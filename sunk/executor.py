@@ -234,7 +234,7 @@ class Executor:
         :data:`JOB_ID_WAIT`, unless hurried; a binding before then carries them."""
         uid = pod["metadata"]["uid"]
         self.cluster.assumed.assume_annotations(uid, annotations)
-        self._hurry(uid)  # an older value waiting: superseded, let it go (it writes nothing)
+        self._hurry(uid)  # an older value waiting: replaced by this one, it writes nothing
         after = self._annotating.get(uid)
         delayed: DelayedWrite | None = None
         if wait:
@@ -264,48 +264,64 @@ class Executor:
         if delayed is None:
             return {}
         delayed.hurry.set()  # bound now: nothing more to wait for
-        present = meta.get("annotations") or {}
-        if not delayed.alone or any(value is None and key in present
+        present = [meta.get("annotations") or {},  # as the reconcile read it, and as watched
+                   ((self.cluster.watched("pods", pod) or {}).get("metadata") or {}).get(
+                       "annotations") or {}]
+        if not delayed.alone or any(value is None and any(key in p for p in present)
                                     for key, value in delayed.annotations.items()):
             return {}  # written on its own, at once
+        self._drop_delayed(meta["uid"], delayed)
         delayed.taken = True
-        del self._delayed[meta["uid"]]
         return delayed.annotations
+
+    def _drop_delayed(self, uid: str, delayed: DelayedWrite) -> None:
+        if self._delayed.get(uid) is delayed:
+            del self._delayed[uid]
 
     async def _write_annotations(self, pod: kube.Obj, annotations: dict[str, str | None], *,
                                  after: asyncio.Task[None] | None,
                                  delayed: DelayedWrite | None = None) -> None:
         meta = pod["metadata"]
+        uid = meta["uid"]
         if after is not None:
             await asyncio.wait([after])
-        if delayed is not None:
-            delayed.alone = True
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(delayed.hurry.wait(), JOB_ID_WAIT)
-            if self._delayed.get(meta["uid"]) is delayed:
-                del self._delayed[meta["uid"]]
-            if delayed.taken:
-                return  # the binding carried them (or, if it failed, wrote them again)
-        delay = ANNOTATE_RETRY
-        while self.cluster.assumed.still_assumed(meta["uid"], annotations):
-            try:
-                async with self._sending:
-                    version = await self.kube.annotate("pods", meta["namespace"], meta["name"],
-                                                       annotations)
-            except Exception as exc:  # whatever failed, the job id must not stay unwritten
-                if isinstance(exc, kube.KubeError) and exc.status == 404:
-                    return  # the Pod is gone: its DELETED event forgets what was assumed
-                log.warning("pod %s: writing %s failed: %s (again in %.1fs)", kube.key(pod),
-                            ", ".join(annotations), exc, delay,
-                            exc_info=not isinstance(exc, kube.KubeError))
-                await asyncio.sleep(delay)
-                delay = min(30.0, 2 * delay)
-                continue
-            if self._annotating.get(meta["uid"]) is asyncio.current_task():
-                self.cluster.assumed.wrote_annotations(meta["uid"], annotations, version,
-                                                       watched=self.cluster.watched("pods", pod))
-            # else a newer write is assumed over this one: its version, not ours, ends it
-            return
+        try:
+            if delayed is not None:
+                delayed.alone = True
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(JOB_ID_WAIT):
+                        await delayed.hurry.wait()
+            delay = ANNOTATE_RETRY
+            while self.cluster.assumed.still_assumed(uid, annotations):
+                try:
+                    async with self._sending:
+                        # a binding may take them until they go out, even while they wait
+                        # for a slot (a burst: the case this is for)
+                        if delayed is not None:
+                            if delayed.taken:
+                                return  # the binding carried them (or, failing, wrote them)
+                            self._drop_delayed(uid, delayed)
+                        if not self.cluster.assumed.still_assumed(uid, annotations):
+                            return  # replaced, or the Pod gone, while waiting for the slot
+                        version = await self.kube.annotate("pods", meta["namespace"],
+                                                           meta["name"], annotations)
+                except Exception as exc:  # whatever failed, the job id must not stay unwritten
+                    if isinstance(exc, kube.KubeError) and exc.status == 404:
+                        return  # the Pod is gone: its DELETED event forgets what was assumed
+                    log.warning("pod %s: writing %s failed: %s (again in %.1fs)",
+                                kube.key(pod), ", ".join(annotations), exc, delay,
+                                exc_info=not isinstance(exc, kube.KubeError))
+                    await asyncio.sleep(delay)
+                    delay = min(30.0, 2 * delay)
+                    continue
+                if self._annotating.get(uid) is asyncio.current_task():
+                    self.cluster.assumed.wrote_annotations(
+                        uid, annotations, version, watched=self.cluster.watched("pods", pod))
+                # else a newer write is assumed over this one: its version, not ours, ends it
+                return
+        finally:
+            if delayed is not None:
+                self._drop_delayed(uid, delayed)
 
     # -- a gang (sunk.gangplan) -------------------------------------------------------------------
     async def apply_gang(self, gang_id: str, pods: dict[str, kube.Obj],
@@ -427,9 +443,10 @@ class Executor:
         try:
             await self.kube.bind(pod, k8s_node, {
                 key: value for key, value in written.items() if value is not None})
-        except BaseException:
+        except BaseException as exc:
             self.cluster.usage.observe("MODIFIED", pod)  # not bound: hold nothing there
-            if carried and self.cluster.assumed.still_assumed(pod["metadata"]["uid"], carried):
+            if carried and isinstance(exc, Exception) and self.cluster.assumed.still_assumed(
+                    pod["metadata"]["uid"], carried):  # (not when shutting down: cancelled)
                 self.annotate_soon(pod, carried)  # not carried after all: written on its own
             raise
         watched = self.cluster.watched("pods", pod)

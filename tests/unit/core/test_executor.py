@@ -539,9 +539,10 @@ async def test_at_most_a_workers_worth_of_background_writes_are_sent_at_once(
         in_flight -= 1
         return httpx.Response(200, json={"metadata": {"resourceVersion": "9"}})
 
-    bed.executor.kube = KubeAPI(kube.Client(FakeCredentials(), transport=httpx.MockTransport(
-        slow_patch)), NAME)
-    bed.executor._sending = asyncio.Semaphore(3)  # as if settings.workers were 3
+    bed.cluster.settings.workers = 3
+    bed.executor = Executor(bed.cluster, KubeAPI(kube.Client(
+        FakeCredentials(), transport=httpx.MockTransport(slow_patch)), NAME), bed.executor.slurm,
+        keys=HookKeys(lambda: ["s3cret"]), learn=bed.cluster.jobs.learn)
     bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = lambda r: httpx.Response(
         200, json={"job_id": 41})
     for n in range(5):  # each returns at once: its write goes on in the background
@@ -653,6 +654,52 @@ async def test_a_binding_does_not_carry_a_job_id_behind_an_older_write_in_flight
     values = [p["metadata"]["annotations"][f"{PREFIX}job-id"]
               for p in bed.kube.calls("PATCH", "/api/v1/namespaces/ns/pods/p")]
     assert values == ["40", "41"]
+
+
+async def test_a_job_id_replaced_while_it_waits_is_never_written(bed: Bed) -> None:
+    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"}, wait=True)
+    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "42"}, wait=True)  # a new job
+    await asyncio.wait_for(settle(bed), 1)
+    written = [p["metadata"]["annotations"] for p in bed.kube.calls("PATCH")]
+    assert written == [{f"{PREFIX}job-id": "42"}]
+    assert bed.executor._delayed == {} and bed.executor._annotating == {}
+
+
+async def test_a_pod_deleted_while_its_job_id_waits_gets_no_write(bed: Bed) -> None:
+    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"}, wait=True)
+    bed.cluster.assumed.observe("DELETED", pod())
+    await asyncio.wait_for(settle(bed), 1)
+    assert bed.kube.calls("PATCH") == []
+    assert bed.executor._delayed == {} and bed.executor._annotating == {}
+
+
+async def test_a_job_id_waiting_for_a_slot_to_be_sent_is_still_carried(bed: Bed) -> None:
+    """In a burst the writes past their wait queue for a slot: a binding meanwhile takes its
+    Pod's, which is then not sent."""
+    answer = asyncio.Event()
+
+    async def slow_patches(request: httpx.Request) -> httpx.Response:
+        if request.method == "PATCH":
+            await answer.wait()
+        return bed.kube(request)
+
+    bed.cluster.settings.workers = 1
+    bed.executor = Executor(bed.cluster, KubeAPI(kube.Client(
+        FakeCredentials(), transport=httpx.MockTransport(slow_patches)), NAME),
+        bed.executor.slurm, keys=HookKeys(lambda: ["s3cret"]), learn=bed.cluster.jobs.learn)
+    add_node(bed)
+    bed.executor.annotate_soon(pod("other"), {f"{PREFIX}job-id": "40"})  # holds the one slot
+    await submit_41(bed)
+    await asyncio.sleep(0.1)  # past its wait: queued for the slot
+    try:
+        await bed.executor.apply_pod(pod(), record(), [do.Bind("node-a", "slurm-1", 41)])
+    finally:
+        answer.set()
+    (binding,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/pods/p/binding")
+    assert binding["metadata"]["annotations"] == JOB_ID_WRITTEN
+    await asyncio.wait_for(settle(bed), 1)
+    values = [p["metadata"]["annotations"][f"{PREFIX}job-id"] for p in bed.kube.calls("PATCH")]
+    assert values == ["40"], "the carried job id is not sent again"
 
 
 async def test_a_write_of_the_pods_own_hurries_its_waiting_job_id(
