@@ -20,6 +20,11 @@ log = logging.getLogger("sunk.health")
 #: Seconds without an answer from Slurm (past the poll interval) after which it counts as down.
 SLURM_SILENCE = 3.0
 
+#: Seconds the API server may take to answer the probe's read before it counts as down. Under
+#: load its reads take seconds (on the saturated test bed, over 2 s at times), and each false
+#: outage re-queued every Pod when it "answered again".
+KUBE_SILENCE = 5.0
+
 
 class Health:
     def __init__(self, state: SchedulerState, *, poll_interval: float,
@@ -63,14 +68,18 @@ class Health:
             problems.append(f"a read failed: {self._kube_probe_error}")
         return "; ".join(problems)
 
-    async def probe_kube(self, api: kube.Client, interval: float = 1.0) -> None:
-        """A small read every second (watches alone call a stopping API server healthy)."""
+    async def probe_kube(self, api: kube.Client, interval: float = 1.0,
+                         silence: float = KUBE_SILENCE) -> None:
+        """A small read every second (watches alone call a stopping API server healthy); one
+        that fails, or has no answer within ``silence`` seconds, makes it a problem."""
         while True:
             try:
-                async with asyncio.timeout(2 * interval):
+                async with asyncio.timeout(silence):
                     await kube.request(api, "GET", "nodes", params={"limit": "1"})
-            except (kube.KubeError, TimeoutError) as exc:
-                self._kube_probe_error = str(exc) or "no answer within 2s"
+            except TimeoutError:
+                self._kube_probe_error = f"no answer within {silence:g}s"
+            except kube.KubeError as exc:
+                self._kube_probe_error = str(exc) or type(exc).__name__
             else:
                 self._kube_probe_error = ""
             self.note_kube()
@@ -79,6 +88,8 @@ class Health:
     def note_kube(self) -> None:
         problem = self.kube_problem()
         recovered = not problem and not self.state.kube_healthy
+        if problem and self.state.kube_healthy:
+            log.warning("the API server does not answer: %s", problem)
         self.state.kube_healthy, self.state.kube_error = not problem, problem
         metrics.KUBE_UP.set(0 if problem else 1)
         if recovered:

@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 
 from sunk import health, kube
@@ -87,6 +88,34 @@ async def test_the_probe_notices_an_api_server_that_refuses_reads(bed: Bed) -> N
     finally:
         await stop(probe)
     assert bed.kube.paths("GET")[0] == "/api/v1/nodes"
+
+
+async def test_a_slow_read_is_not_an_outage_until_it_passes_the_silence(
+        bed: Bed, caplog: pytest.LogCaptureFixture) -> None:
+    """An API server under load answers late: not down (no "answers again" re-queueing every
+    Pod) unless the read takes longer than the silence allowed."""
+    for informer in bed.cluster.informers():
+        informer.healthy = True
+    watched, back = bed.cluster.health, []
+    watched.on_kube_back.append(lambda: back.append("back"))
+    delay = 0.05
+
+    async def late(request: httpx.Request) -> httpx.Response:
+        await asyncio.sleep(delay)
+        return httpx.Response(200, json={"items": []})
+
+    bed.kube.routes[("GET", "/api/v1/nodes")] = late  # type: ignore[assignment]
+    probe = asyncio.create_task(watched.probe_kube(bed.cluster.api, interval=0.01, silence=0.5))
+    try:
+        await until(lambda: len(bed.kube.paths("GET")) >= 3)
+        assert bed.cluster.state.kube_healthy and back == ["back"]
+        delay = 2.0
+        await until(lambda: not bed.cluster.state.kube_healthy)
+        assert bed.cluster.state.kube_error == "a read failed: no answer within 0.5s"
+        assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+            "the API server does not answer: a read failed: no answer within 0.5s"]
+    finally:
+        await stop(probe)
 
 
 # -- the cluster model -------------------------------------------------------------------------
