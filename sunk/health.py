@@ -34,6 +34,9 @@ class Health:
         self._informers = informers
         self._slurm_answered_at = time.monotonic()
         self._kube_probe_error = ""
+        #: The API server stopped answering after it had answered: its return is a recovery.
+        #: Coming up at start is not one (every Pod is looked at then anyway).
+        self._kube_lost = False
         #: Called when Slurm, or the API server, answers again after an outage.
         self.on_slurm_back: list[Callable[[], None]] = []
         self.on_kube_back: list[Callable[[], None]] = []
@@ -87,9 +90,12 @@ class Health:
 
     def note_kube(self) -> None:
         problem = self.kube_problem()
-        recovered = not problem and not self.state.kube_healthy
+        recovered = not problem and self._kube_lost
         if problem and self.state.kube_healthy:
             log.warning("the API server does not answer: %s", problem)
+            self._kube_lost = True
+        elif recovered:
+            self._kube_lost = False
         self.state.kube_healthy, self.state.kube_error = not problem, problem
         metrics.KUBE_UP.set(0 if problem else 1)
         if recovered:

@@ -62,6 +62,8 @@ async def test_the_api_server_is_judged_by_the_watches_and_the_probe(bed: Bed) -
     assert {i.resource for i in informers} >= {"nodes", "pods", "namespaces"}
     for informer in informers:
         informer.healthy = True
+    watched.note_kube()
+    assert bed.cluster.state.kube_healthy and back == [], "the first verdict is no recovery"
     informers[0].healthy, informers[0].last_error = False, "KubeError: 503"
     watched.note_kube()
     assert watched.kube_problem() == "nodes: KubeError: 503"
@@ -108,7 +110,7 @@ async def test_a_slow_read_is_not_an_outage_until_it_passes_the_silence(
     probe = asyncio.create_task(watched.probe_kube(bed.cluster.api, interval=0.01, silence=0.5))
     try:
         await until(lambda: len(bed.kube.paths("GET")) >= 3)
-        assert bed.cluster.state.kube_healthy and back == ["back"]
+        assert bed.cluster.state.kube_healthy and back == [], "coming up is no recovery"
         delay = 2.0
         await until(lambda: not bed.cluster.state.kube_healthy)
         assert bed.cluster.state.kube_error == "a read failed: no answer within 0.5s"

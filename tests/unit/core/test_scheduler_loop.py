@@ -426,8 +426,14 @@ async def test_the_api_server_back_requeues_every_pod(loop: Loop) -> None:
     bed, scheduler = loop.bed, loop.scheduler
     put(bed.cluster.pod_informers[0], pod())
     bed.cluster.ready.set()
-    for informer in bed.cluster.informers():
+    informers = bed.cluster.informers()
+    for informer in informers:
         informer.healthy = True
+    bed.cluster.health.note_kube()
+    assert len(scheduler.queue) == 0, "coming up is no outage: every Pod was queued by its watch"
+    informers[0].healthy = False
+    bed.cluster.health.note_kube()
+    informers[0].healthy = True
     bed.cluster.health.note_kube()
     assert len(scheduler.queue) == 1
     assert bed.cluster.state.kube_healthy
