@@ -374,7 +374,8 @@ class Executor:
 
     async def submit_gang(self, gang: PodIdentity, members: list[kube.Obj],
                           job: dict[str, Any]) -> int:
-        """Submit a gang's job, then write its id on every member (all at once)."""
+        """Submit a gang's job; its id goes onto every member as a Pod's does (believed at
+        once, written after :data:`JOB_ID_WAIT` unless the member's binding carries it)."""
         credential = self.keys.job_credential(job_owner(self.settings.scheduler_name,
                                                         gang.uid))
         job = {**job, "environment": [*job["environment"], f"SUNK_JOB_TOKEN={credential}"]}
@@ -385,9 +386,10 @@ class Executor:
             raise
         metrics.JOBS_SUBMITTED.inc()
         log.info("gang %s: submitted job %d for %d Pods", gang.key, job_id, len(members))
-        await asyncio.gather(*(self.annotate_pod(pod, {
-            self.owned.job_id: str(job_id), self.owned.pod_uid: pod["metadata"]["uid"],
-            self.owned.rejected: None}) for pod in members))
+        for pod in members:
+            self.annotate_soon(pod, {self.owned.job_id: str(job_id),
+                                     self.owned.pod_uid: pod["metadata"]["uid"],
+                                     self.owned.rejected: None}, wait=True)
         return job_id
 
     async def _submit_once(self, uid: str, job: dict[str, Any]) -> int:

@@ -706,6 +706,7 @@ async def test_a_gang_member_is_reconciled_as_its_gang_and_submitted_once_whole(
     (sent,) = bed.slurm.calls("POST", SUBMIT)
     assert sent["job"]["minimum_nodes"] == sent["job"]["maximum_nodes"] == 3
     assert sent["job"]["name"] == "gang:ns/label:g"
+    await bed.settle()  # the members' job id: written once JOB_ID_WAIT passed with no binding
     for i in range(3):
         (patch,) = bed.kube.calls("PATCH", f"/api/v1/namespaces/ns/pods/g-{i}")
         assert patch["metadata"]["annotations"][JOB_ID] == "41"
