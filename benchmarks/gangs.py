@@ -1,6 +1,6 @@
 """Gangs bound per second through sunk, against raw Slurm multi-node jobs in the same run.
 
-    python -m benchmarks.gangs --nodes 32 --gangs 16 [--sizes 2,4,8,16] [--markdown FILE]
+    python -m benchmarks.scheduling --scenario gang [--gangs 16 --sizes 2,4,8,16 --json FILE]
 
 For each gang size N:
 
@@ -10,7 +10,7 @@ For each gang size N:
 2. sunk: that many gangs of N Pods (sunk's gang label) created through the API server, timed
    until every member of every gang is bound. Per gang, the time from its job's start (as the
    scheduler learns it: the placeholder's ``started`` hook) to its last member bound, as the
-   scheduler logs it.
+   scheduler logs it; and the requests the scheduler made per member (its own counters).
 
 Both phases run the project's prolog on every node of each job (node locks through the
 scheduler's hook API). Needs root and a test bed of ``--nodes`` nodes (started if none is up).
@@ -30,6 +30,7 @@ import httpx
 
 from benchmarks import cpu
 from benchmarks.bed import StartedReports, bounded, drain, kube_client
+from benchmarks.pods import difference, scheduler_requests
 from testbed import cluster
 from testbed.errors import TestbedError
 
@@ -125,8 +126,8 @@ async def sunk_phase(kube: httpx.AsyncClient, size: int, count: int,
     return {"wall": wall, "per_s": count / wall, "cpu": used, "start_to_bound": took}
 
 
-async def run(tb: cluster.Testbed, sizes: list[int], count: int,
-              log: Path) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
+async def run(tb: cluster.Testbed, sizes: list[int], count: int, log: Path,
+              metrics_url: str) -> list[tuple[int, dict[str, Any], dict[str, Any]]]:
     results = []
     async with httpx.AsyncClient(base_url=tb.slurmrestd_url, headers=tb.slurm_headers(),
                                  timeout=60) as slurm, kube_client(tb) as kube:
@@ -139,7 +140,10 @@ async def run(tb: cluster.Testbed, sizes: list[int], count: int,
                 raw = await raw_phase(slurm, size, count, reports)
                 await drain(tb, slurm, kube)
             print(f"sunk: {count} gangs of {size} Pods ...", file=sys.stderr)
+            before = await scheduler_requests(metrics_url)
             ours = await sunk_phase(kube, size, count, log)
+            ours["requests"] = difference(before, await scheduler_requests(metrics_url),
+                                          size * count)
             await kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods",
                                params={"gracePeriodSeconds": "0"})
             await drain(tb, slurm, kube)
@@ -156,7 +160,8 @@ def figures(results: list[tuple[int, dict[str, Any], dict[str, Any]]]) -> dict[s
             "ratio": round(ours["per_s"] / raw["per_s"], 3),
             "start_to_last_bound": {"count": len(took), "p50": round(_pct(took, 0.5), 4),
                                     "p99": round(_pct(took, 0.99), 4),
-                                    "max": round(max(took, default=0.0), 4)}}
+                                    "max": round(max(took, default=0.0), 4)},
+            "requests_per_member": ours.get("requests", {})}
     return out
 
 
@@ -174,4 +179,15 @@ def render(f: dict[str, Any]) -> str:
               "(the scheduler's log; target p99 under 1 s at 16). Gangs per second: creation "
               "of the first Pod to the last member bound; raw Slurm: submission to every "
               "job's script started."]
+    sizes = [size for size, row in f["sizes"].items() if row.get("requests_per_member")]
+    if sizes:
+        kinds = sorted({k for size in sizes for k in f["sizes"][size]["requests_per_member"]})
+        lines += ["", "Requests the scheduler made per member (its own counters; the hooks "
+                  "count the calls Slurm's scripts made to it):", "",
+                  "| request | " + " | ".join(f"gangs of {size}" for size in sizes) + " |",
+                  "|---|" + "---|" * len(sizes)]
+        for kind in kinds:
+            lines.append(f"| {kind} | " + " | ".join(
+                f"{f['sizes'][size]['requests_per_member'].get(kind, 0):.2f}"
+                for size in sizes) + " |")
     return "\n".join(lines)

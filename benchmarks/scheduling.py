@@ -296,7 +296,7 @@ async def _scenario(args: argparse.Namespace, tb: cluster.Testbed,
                                   args.profile)
         return figures, scale.plots(figures)
     sizes = [int(n) for n in args.sizes.split(",")]
-    done = await gangs.run(tb, sizes, args.gangs, running.log)
+    done = await gangs.run(tb, sizes, args.gangs, running.log, running.url("metrics"))
     return gangs.figures(done), []
 
 
