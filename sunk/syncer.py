@@ -23,7 +23,7 @@ from sunk.hookauth import HookRefused
 from sunk.inflight import waiting
 from sunk.locking import LOCK_KEY, LockState
 from sunk.slurm.client import SlurmClient, SlurmError
-from sunk.slurm.job import member_id
+from sunk.slurm.job import Job, member_id
 from sunk.slurm.text import expand_hostlist
 from sunk.supervise import forever
 from sunk.workqueue import WorkQueue
@@ -66,6 +66,9 @@ class Syncer:
         self._looked_at: dict[str, float] = {}
         #: Slurm node -> :meth:`_fingerprint` at its last reconcile.
         self._seen: dict[str, tuple[object, ...]] = {}
+        #: Job id -> the read of it from Slurm that lock requests for it share (a gang's
+        #: prologs, one per node, ask at the same moment).
+        self._job_reads: dict[int, asyncio.Task[Job | None]] = {}
         #: Pod uid -> ((resourceVersion, placed by sunk), what locking needs of it).
         self._pods_seen: dict[str, tuple[tuple[object, bool], locking.PodOnNode]] = {}
         self.state_key = settings.annotation("slurm-state")
@@ -235,7 +238,7 @@ class Syncer:
             # Not at work while slurmrestd answers: a slow slurmrestd with every node's prolog
             # asking at once filled the hook API's bound, and prologs were told to retry.
             with waiting():
-                job = await self.slurm.job(job_id)
+                job = await self._read_job(job_id)
         if job is None:  # lost by a slurmctld that crashed: it will not run; nothing to lock
             raise HookRefused(410, f"Slurm has no job {job_id}: no lock for it")
         if job.finished:  # cancelled while its prolog waited: let go, do not drain the node
@@ -252,6 +255,23 @@ class Syncer:
         self.cluster.jobs.note_placeholder(job)
         if self.cluster.jobs.ours(job) is not None:
             self.cluster.jobs.allocated[job_id] = job.nodes
+
+    async def _read_job(self, job_id: int) -> Job | None:
+        """The job as Slurm has it now, one read for the lock requests that ask at once: a
+        gang of 16 read its job 16 times as its prologs started. Shielded: a prolog that
+        hangs up does not fail the read the others wait for."""
+        read = self._job_reads.get(job_id)
+        if read is None:
+            read = self._job_reads[job_id] = asyncio.ensure_future(self.slurm.job(job_id))
+
+            def done(finished: asyncio.Task[Job | None]) -> None:
+                if self._job_reads.get(job_id) is finished:
+                    del self._job_reads[job_id]
+                if not finished.cancelled():
+                    finished.exception()  # retrieved: every waiter may have hung up
+
+            read.add_done_callback(done)
+        return await asyncio.shield(read)
 
     # -- reconcile one node ------------------------------------------------------------------
     def _lock_state(self, slurm_node: str) -> LockState:

@@ -327,6 +327,37 @@ async def test_a_lock_for_a_job_not_starting_there_is_refused(
     assert bed.kube.seen == []
 
 
+async def test_lock_requests_for_one_job_at_once_share_one_read_of_it(sync: Sync) -> None:
+    """A gang's prologs, one per node, ask at the same moment: one read of the job for all,
+    and one prolog hanging up does not fail the read the others wait for."""
+    bed, syncer = sync.bed, sync.syncer
+    bed.slurm.jobs[41] = raw_job(41)  # pending: each request is refused after the read
+    release = asyncio.Event()
+
+    async def slow(request: httpx.Request) -> httpx.Response:
+        await release.wait()
+        return bed.slurm.fallback(request)
+
+    bed.slurm.routes[("GET", f"{SLURM}/job/41")] = slow  # type: ignore[assignment]
+    asking = [asyncio.create_task(syncer.request_lock("slurm-1", 41, True, within=1))
+              for _ in range(3)]
+    await until(lambda: bed.slurm.paths("GET"))
+    await asyncio.sleep(0.02)
+    await stop(asking[0])  # the first prolog hangs up
+    release.set()
+    for each in asking[1:]:
+        exc = await refused(each)
+        assert exc.status == 409 and "pending" in exc.detail
+    assert bed.slurm.paths("GET") == [f"{SLURM}/job/41"]
+    assert syncer._job_reads == {}
+    release.clear()
+    bed.slurm.jobs[41] = raw_job(41, state="CANCELLED", nodes="slurm-1")
+    release.set()
+    exc = await refused(syncer.request_lock("slurm-1", 41, True, within=1))
+    assert exc.status == 410, "a later request reads the job again"
+    assert len(bed.slurm.paths("GET")) == 2
+
+
 async def test_a_lock_request_during_a_slurm_outage_is_a_503(sync: Sync) -> None:
     sync.bed.slurm.routes[("GET", f"{SLURM}/job/41")] = down()
     exc = await refused(sync.syncer.request_lock("slurm-1", 41, True, within=1))
