@@ -27,6 +27,7 @@ from sunk.profiling import OnDemandProfiler
 from sunk.servers import metrics_app, probes_app, serve, serve_hooks
 from sunk.settings import Settings, from_args
 from sunk.slurm.client import SlurmClient
+from sunk.supervise import report_loop_error
 from sunk.wiring import Parts, assemble
 from web import create_app
 
@@ -164,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, task.cancel)
+        loop.set_exception_handler(report_loop_error)
         OnDemandProfiler().install(loop)
         with contextlib.suppress(asyncio.CancelledError):
             await run(settings)
