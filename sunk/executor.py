@@ -442,6 +442,8 @@ class Executor:
         self.cluster.usage.assume_bound(pod, k8s_node)
         carried = self._carried_by_binding(pod)
         written = {**carried, **(annotations or {})}
+        if self.owned.job_id in written:  # (a gang's) with the uid it is for, whatever goes first
+            written.setdefault(self.owned.pod_uid, pod["metadata"]["uid"])
         try:
             await self.kube.bind(pod, k8s_node, {
                 key: value for key, value in written.items() if value is not None})

@@ -586,32 +586,78 @@ async def test_a_job_that_starts_at_once_has_its_id_carried_by_the_binding(
     assert bed.cluster.assumed.waiting() == 0
 
 
-async def test_a_gang_that_starts_at_once_has_its_id_carried_by_each_members_binding(
-        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A gang of 16 that starts within JOB_ID_WAIT: 16 writes fewer, as for a single Pod."""
-    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 5.0)
+def gang_members(bed: Bed, annotations: dict[str, str] | None = None,
+                 count: int = 2) -> dict[str, dict[str, Any]]:
     add_node(bed, cpu="16")
     bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = lambda r: httpx.Response(
         200, json={"job_id": 41})
-    members = {f"ns/p{i}": pod(f"aaaa-000{i}") for i in range(2)}
+    members = {f"ns/p{i}": pod(f"aaaa-000{i}", **(annotations or {})) for i in range(count)}
     for i, member in enumerate(members.values()):
         member["metadata"]["name"] = f"p{i}"
-    gang = PodIdentity("ns", "job:g", "gang-id", NAME, ("m0", "m1"))
+    return members
+
+
+async def submit_and_bind_gang(bed: Bed, members: dict[str, dict[str, Any]],
+                               settle_between: bool = False) -> None:
+    gang = PodIdentity("ns", "job:g", "gang-id", NAME, tuple(f"m{i}" for i in range(len(members))))
     job = {"name": "gang:ns/job:g", "extra": job_extra(gang), "admin_comment":
            admin_comment(gang), "environment": ["PATH=/bin"]}
     assert await bed.executor.submit_gang(gang, list(members.values()), job) == 41
-    for member in members.values():  # believed at once, not written yet
+    for member in members.values():  # believed at once
         assert bed.cluster.assumed.annotations(member)[f"{PREFIX}job-id"] == "41"
-    assert bed.kube.calls("PATCH") == []
-    await bed.executor.apply_gang("gang-id", members, [
-        (key, do.Bind("node-a", "slurm-1", 41, {f"{PREFIX}rank": key[-1]})) for key in members])
+    if settle_between:
+        await settle(bed)
+    await bed.executor.apply_gang("gang-id", members, [  # as sunk.gangplan binds them
+        (key, do.Bind("node-a", "slurm-1", 41, {
+            f"{PREFIX}gang-rank": key[-1], f"{PREFIX}gang-node": "slurm-1",
+            f"{PREFIX}job-id": "41"})) for key in members])
+
+
+def gang_binding(bed: Bed, i: int) -> dict[str, str]:
+    (binding,) = bed.kube.calls("POST", f"/api/v1/namespaces/ns/pods/p{i}/binding")
+    return dict(binding["metadata"]["annotations"])
+
+
+async def test_a_gang_that_starts_at_once_has_its_id_carried_by_each_members_binding(
+        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gang that starts within JOB_ID_WAIT: one write per member fewer, as for a Pod."""
+    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 5.0)
+    members = gang_members(bed)
+    await submit_and_bind_gang(bed, members)
     for i in range(2):
-        (binding,) = bed.kube.calls("POST", f"/api/v1/namespaces/ns/pods/p{i}/binding")
-        assert binding["metadata"]["annotations"] == {
-            f"{PREFIX}job-id": "41", f"{PREFIX}pod-uid": f"aaaa-000{i}", f"{PREFIX}rank": str(i)}
+        assert gang_binding(bed, i) == {
+            f"{PREFIX}job-id": "41", f"{PREFIX}pod-uid": f"aaaa-000{i}",
+            f"{PREFIX}gang-rank": str(i), f"{PREFIX}gang-node": "slurm-1"}
     await asyncio.wait_for(settle(bed), 1)  # the delayed writes end at once, unsent
     assert bed.kube.calls("PATCH") == []
     assert bed.executor._delayed == {}
+
+
+async def test_a_gang_members_binding_names_its_uid_with_the_job_id_written_already(
+        bed: Bed) -> None:
+    """The members' own writes went out first (the job waited past JOB_ID_WAIT): the binding
+    still sets the job id (sunk.gangplan) and with it the uid it is for."""
+    members = gang_members(bed)
+    await submit_and_bind_gang(bed, members, settle_between=True)
+    for i in range(2):
+        (patch,) = bed.kube.calls("PATCH", f"/api/v1/namespaces/ns/pods/p{i}")
+        assert patch["metadata"]["annotations"][f"{PREFIX}job-id"] == "41"
+        assert gang_binding(bed, i)[f"{PREFIX}pod-uid"] == f"aaaa-000{i}"
+
+
+async def test_a_gang_member_rejected_before_has_the_rejection_removed_on_its_own(
+        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A binding sets annotations, it cannot remove one: the rejection goes in a write of
+    its own, at once, not carried."""
+    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 5.0)
+    members = gang_members(bed, {f"{PREFIX}rejected": "GangTooLarge"})
+    await submit_and_bind_gang(bed, members)
+    await asyncio.wait_for(settle(bed), 1)
+    for i in range(2):
+        (patch,) = bed.kube.calls("PATCH", f"/api/v1/namespaces/ns/pods/p{i}")
+        assert patch["metadata"]["annotations"] == {
+            f"{PREFIX}job-id": "41", f"{PREFIX}pod-uid": f"aaaa-000{i}",
+            f"{PREFIX}rejected": None}
 
 
 async def test_a_job_that_waits_longer_has_its_id_written_on_its_own(bed: Bed) -> None:
