@@ -238,29 +238,26 @@ class Syncer:
             # Not at work while slurmrestd answers: a slow slurmrestd with every node's prolog
             # asking at once filled the hook API's bound, and prologs were told to retry.
             with waiting():
-                job = await self._read_job(job_id)
-        if job is None:  # lost by a slurmctld that crashed: it will not run; nothing to lock
-            raise HookRefused(410, f"Slurm has no job {job_id}: no lock for it")
-        if job.finished:  # cancelled while its prolog waited: let go, do not drain the node
-            raise HookRefused(410, f"Slurm shows job {job_id} {job.state.lower()}: it will not "
-                                   "run; nothing to lock")
-        if job.state == "PENDING":
-            raise HookRefused(409, f"Slurm shows job {job_id} pending: only a job that is "
-                                   "starting locks a node")
-        if node not in expand_hostlist(job.nodes):
-            raise HookRefused(409, f"job {job_id} was given {job.nodes or 'no node'}, not "
-                                   f"{node}: no lock for it there")
+                job, joined = await self._read_job(job_id)
+                if joined and _lock_refusal(node, job_id, job) is not None:
+                    # the read it joined began before it asked: a refusal takes a read of its own
+                    job, _ = await self._read_job(job_id, join=False)
+        if (refusal := _lock_refusal(node, job_id, job)) is not None:
+            raise refusal
+        assert job is not None
         # A placeholder of another sunk scheduler sharing this Slurm cluster: its Pods, bound
         # once the lock is taken, are Slurm's too, not Pods for the lock to clear.
         self.cluster.jobs.note_placeholder(job)
         if self.cluster.jobs.ours(job) is not None:
             self.cluster.jobs.allocated[job_id] = job.nodes
 
-    async def _read_job(self, job_id: int) -> Job | None:
-        """The job as Slurm has it now, one read for the lock requests that ask at once: a
-        gang of 16 read its job 16 times as its prologs started. Shielded: a prolog that
-        hangs up does not fail the read the others wait for."""
-        read = self._job_reads.get(job_id)
+    async def _read_job(self, job_id: int, *, join: bool = True) -> tuple[Job | None, bool]:
+        """The job as Slurm has it now, one read for the lock requests that ask at once (a
+        gang of 16 read its job 16 times as its prologs started); and whether this call joined
+        a read another began. Shielded: a prolog that hangs up does not fail the read the
+        others wait for."""
+        read = self._job_reads.get(job_id) if join else None
+        joined = read is not None
         if read is None:
             read = self._job_reads[job_id] = asyncio.ensure_future(self.slurm.job(job_id))
 
@@ -271,7 +268,7 @@ class Syncer:
                     finished.exception()  # retrieved: every waiter may have hung up
 
             read.add_done_callback(done)
-        return await asyncio.shield(read)
+        return await asyncio.shield(read), joined
 
     # -- reconcile one node ------------------------------------------------------------------
     def _lock_state(self, slurm_node: str) -> LockState:
@@ -338,3 +335,20 @@ class Syncer:
         self._seen[slurm_node] = seen
         self._looked_at[slurm_node] = began
         self._lock_changed(slurm_node)  # a waiting prolog may answer now
+
+
+def _lock_refusal(node: str, job_id: int, job: Job | None) -> HookRefused | None:
+    """Why a lock of ``node`` for the job as Slurm shows it is refused (None: it is not): only
+    a job Slurm is starting on that node locks it."""
+    if job is None:  # lost by a slurmctld that crashed: it will not run; nothing to lock
+        return HookRefused(410, f"Slurm has no job {job_id}: no lock for it")
+    if job.finished:  # cancelled while its prolog waited: let go, do not drain the node
+        return HookRefused(410, f"Slurm shows job {job_id} {job.state.lower()}: it will not "
+                                "run; nothing to lock")
+    if job.state == "PENDING":
+        return HookRefused(409, f"Slurm shows job {job_id} pending: only a job that is "
+                                "starting locks a node")
+    if node not in expand_hostlist(job.nodes):
+        return HookRefused(409, f"job {job_id} was given {job.nodes or 'no node'}, not "
+                                f"{node}: no lock for it there")
+    return None

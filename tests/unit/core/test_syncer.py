@@ -327,35 +327,77 @@ async def test_a_lock_for_a_job_not_starting_there_is_refused(
     assert bed.kube.seen == []
 
 
+def held_reads(sync: Sync, job_id: int) -> asyncio.Event:
+    """slurmrestd answers reads of the job as it was when asked, once released."""
+    release = asyncio.Event()
+
+    async def slow(request: httpx.Request) -> httpx.Response:
+        answer = sync.bed.slurm.fallback(request)
+        await release.wait()
+        return answer
+
+    sync.bed.slurm.routes[("GET", f"{SLURM}/job/{job_id}")] = slow  # type: ignore[assignment]
+    return release
+
+
 async def test_lock_requests_for_one_job_at_once_share_one_read_of_it(sync: Sync) -> None:
     """A gang's prologs, one per node, ask at the same moment: one read of the job for all,
     and one prolog hanging up does not fail the read the others wait for."""
     bed, syncer = sync.bed, sync.syncer
-    bed.slurm.jobs[41] = raw_job(41)  # pending: each request is refused after the read
-    release = asyncio.Event()
-
-    async def slow(request: httpx.Request) -> httpx.Response:
-        await release.wait()
-        return bed.slurm.fallback(request)
-
-    bed.slurm.routes[("GET", f"{SLURM}/job/41")] = slow  # type: ignore[assignment]
-    asking = [asyncio.create_task(syncer.request_lock("slurm-1", 41, True, within=1))
+    bed.slurm.jobs[41] = raw_job(41, state="CONFIGURING", nodes="slurm-1")
+    release = held_reads(sync, 41)
+    asking = [asyncio.create_task(syncer.request_lock("slurm-1", 41, False, within=0.05))
               for _ in range(3)]
     await until(lambda: bed.slurm.paths("GET"))
     await asyncio.sleep(0.02)
     await stop(asking[0])  # the first prolog hangs up
     release.set()
     for each in asking[1:]:
-        exc = await refused(each)
-        assert exc.status == 409 and "pending" in exc.detail
+        assert await each is LockState.FALSE  # not locked within 0.05 s: no worker here
     assert bed.slurm.paths("GET") == [f"{SLURM}/job/41"]
     assert syncer._job_reads == {}
-    release.clear()
-    bed.slurm.jobs[41] = raw_job(41, state="CANCELLED", nodes="slurm-1")
+
+
+async def test_a_request_refused_on_a_read_begun_before_it_asked_reads_again(
+        sync: Sync) -> None:
+    """The read it joined may be older than its call (the job was pending then): a refusal
+    is given only on a read of its own."""
+    bed, syncer = sync.bed, sync.syncer
+    bed.slurm.jobs[41] = raw_job(41)
+    release = held_reads(sync, 41)
+    early = asyncio.create_task(syncer.request_lock("slurm-1", 41, False, within=0.05))
+    await until(lambda: bed.slurm.paths("GET"))
+    bed.slurm.jobs[41] = raw_job(41, state="CONFIGURING", nodes="slurm-1")  # now starting
+    joined = asyncio.create_task(syncer.request_lock("slurm-1", 41, False, within=0.05))
+    await asyncio.sleep(0.02)
     release.set()
-    exc = await refused(syncer.request_lock("slurm-1", 41, True, within=1))
-    assert exc.status == 410, "a later request reads the job again"
+    exc = await refused(early)
+    assert exc.status == 409 and "pending" in exc.detail, "its own read: refused"
+    assert await joined is LockState.FALSE, "read again, and taken"
     assert len(bed.slurm.paths("GET")) == 2
+    assert syncer.requests["slurm-1"].job_id == 41
+    assert syncer._job_reads == {}
+
+
+async def test_a_shared_read_that_fails_tells_every_request_to_retry(sync: Sync) -> None:
+    bed, syncer = sync.bed, sync.syncer
+    bed.slurm.jobs[41] = raw_job(41, state="CONFIGURING", nodes="slurm-1")
+    release = asyncio.Event()
+
+    async def failing(request: httpx.Request) -> httpx.Response:
+        await release.wait()
+        return httpx.Response(503, text="slurmctld down")
+
+    bed.slurm.routes[("GET", f"{SLURM}/job/41")] = failing  # type: ignore[assignment]
+    asking = [asyncio.create_task(syncer.request_lock("slurm-1", 41, False, within=1))
+              for _ in range(2)]
+    await until(lambda: bed.slurm.paths("GET"))
+    release.set()
+    for each in asking:
+        exc = await refused(each)
+        assert exc.status == 503 and exc.retry_after == 5
+    assert len(bed.slurm.paths("GET")) == 1
+    assert syncer._job_reads == {} and syncer.requests == {}
 
 
 async def test_a_lock_request_during_a_slurm_outage_is_a_503(sync: Sync) -> None:
