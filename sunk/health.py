@@ -37,6 +37,8 @@ class Health:
         #: The API server stopped answering after it had answered: its return is a recovery.
         #: Coming up at start is not one (every Pod is looked at then anyway).
         self._kube_lost = False
+        #: The problem now is in the log already (a warning once per outage, not every second).
+        self._kube_problem_told = False
         #: Called when Slurm, or the API server, answers again after an outage.
         self.on_slurm_back: list[Callable[[], None]] = []
         self.on_kube_back: list[Callable[[], None]] = []
@@ -91,11 +93,15 @@ class Health:
     def note_kube(self) -> None:
         problem = self.kube_problem()
         recovered = not problem and self._kube_lost
-        if problem and self.state.kube_healthy:
-            log.warning("the API server does not answer: %s", problem)
-            self._kube_lost = True
-        elif recovered:
-            self._kube_lost = False
+        if problem:
+            if not self._kube_problem_told:
+                log.warning("the API server does not answer: %s", problem)
+                self._kube_problem_told = True
+            self._kube_lost = self._kube_lost or self.state.kube_healthy
+        else:
+            if self._kube_problem_told:
+                log.info("the API server answers again")
+            self._kube_lost = self._kube_problem_told = False
         self.state.kube_healthy, self.state.kube_error = not problem, problem
         metrics.KUBE_UP.set(0 if problem else 1)
         if recovered:

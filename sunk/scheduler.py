@@ -130,7 +130,7 @@ class Scheduler:
 
     def _kube_back(self) -> None:
         if self.cluster.ready.is_set():
-            log.info("the API server answers again; looking at every Pod")
+            log.info("looking at every Pod again: the API server was away")
             self._requeue_all()
 
     def job_stuck(self, job: Job, who: PodIdentity, why: str) -> None:

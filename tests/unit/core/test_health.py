@@ -4,6 +4,7 @@ caches read as the scheduler reads them, and the Pod handler's bookkeeping."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -75,6 +76,29 @@ async def test_the_api_server_is_judged_by_the_watches_and_the_probe(bed: Bed) -
     assert back == ["back"]
 
 
+async def test_an_api_server_away_from_the_first_verdict_is_logged_but_no_recovery(
+        bed: Bed, caplog: pytest.LogCaptureFixture) -> None:
+    """Failing since start (RBAC refusing the probe's read, say): the log says so, once; its
+    end is logged too, and re-queues nothing (nothing was missed: every Pod was looked at)."""
+    caplog.set_level(logging.INFO, logger="sunk.health")
+    watched = bed.cluster.health
+    back: list[str] = []
+    watched.on_kube_back.append(lambda: back.append("back"))
+    informers = bed.cluster.informers()
+    for informer in informers:
+        informer.healthy = True
+    watched._kube_probe_error = "403 forbidden"
+    for _ in range(3):
+        watched.note_kube()
+    assert not bed.cluster.state.kube_healthy
+    watched._kube_probe_error = ""
+    watched.note_kube()
+    assert bed.cluster.state.kube_healthy and back == []
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", "the API server does not answer: a read failed: 403 forbidden"),
+        ("INFO", "the API server answers again")]
+
+
 async def test_the_probe_notices_an_api_server_that_refuses_reads(bed: Bed) -> None:
     for informer in bed.cluster.informers():
         informer.healthy = True
@@ -114,6 +138,7 @@ async def test_a_slow_read_is_not_an_outage_until_it_passes_the_silence(
         delay = 2.0
         await until(lambda: not bed.cluster.state.kube_healthy)
         assert bed.cluster.state.kube_error == "a read failed: no answer within 0.5s"
+        await asyncio.sleep(0.1)  # more probes fail: the log said it once
         assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
             "the API server does not answer: a read failed: no answer within 0.5s"]
     finally:
