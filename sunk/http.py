@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import ssl
 import urllib.request
 from collections import deque
@@ -244,6 +245,22 @@ class _Connection(asyncio.Protocol):
     def began(self) -> bool:
         return self._began
 
+    def heard_from(self) -> bool:
+        """Bytes, or the end, wait unread on this idle connection's socket: the server closed
+        it (or spoke unasked) while the loop was not reading, as between two tests, or when
+        the API server restarted under a busy loop. urllib3 looks the same way before it
+        reuses a connection; a POST sent on it would fail, and is never sent twice."""
+        transport = self._transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if sock is None:
+            return transport is None
+        try:
+            poller = select.poll()  # (select.select fails past 1,024 descriptors)
+            poller.register(sock.fileno(), select.POLLIN)
+            return bool(poller.poll(0))
+        except (OSError, ValueError):  # closed under us
+            return True
+
     def close(self) -> None:
         self.closed = True
         if self._transport is not None:
@@ -396,7 +413,8 @@ class ConnectionPool:
         now = loop.time()
         while self._idle:
             connection = self._idle.pop()
-            if not connection.closed and now - connection.active_at < KEEP_IDLE:
+            if (not connection.closed and now - connection.active_at < KEEP_IDLE
+                    and not connection.heard_from()):
                 return connection, True
             self._drop(connection)
         async with asyncio.timeout(timeouts.connect):
