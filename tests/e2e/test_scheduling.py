@@ -23,6 +23,7 @@ from tests.e2e.helpers import (
     quiet,
     wait_bound,
 )
+from tests.e2e.helpers import job as slurm_job
 
 JOB_ID = "sunk.coreweave.com/job-id"
 
@@ -111,6 +112,11 @@ async def test_every_annotation_reaches_its_job_field(
     blocker_h100 = testbed.slurm("sbatch", "--parsable", "--nodelist=h100-000", "--exclusive",
                                  "--chdir=/tmp", "--output=/dev/null", "--wrap=sleep 300").strip()
     try:
+        async def blocking() -> bool:  # not pending behind what an earlier test left there
+            states = [(await slurm_job(slurm, j))["job_state"] for j in (blocker, blocker_h100)]
+            return all(state == ["RUNNING"] for state in states)
+
+        await eventually(blocking, within=60)
         names = []
         for i, (key, value, _, _) in enumerate(ANNOTATIONS):
             names.append(f"a{i}-{key}")
@@ -132,8 +138,8 @@ async def test_every_annotation_reaches_its_job_field(
                 pod = await get_pod(kube, namespace, name)
                 return pod if pod and JOB_ID in pod["metadata"].get("annotations", {}) else None
 
-            job = await job_of(slurm, await eventually(submitted))
-            got = job[field]
+            record = await job_of(slurm, await eventually(submitted))
+            got = record[field]
             if isinstance(got, dict) and "number" in got:
                 got = got["number"]
             if key == "excluded-nodes":  # ours plus any the scheduler excluded for placement
@@ -141,11 +147,12 @@ async def test_every_annotation_reaches_its_job_field(
             if got != expected:
                 wrong.append(f"{key}={value!r}: job {field} is {got!r}, expected {expected!r}")
             if key == "user-id":
-                assert job["group_id"] == 1001, "group-id defaults to user-id"
+                assert record["group_id"] == 1001, "group-id defaults to user-id"
         assert not wrong, "\n".join(wrong)
         both = await eventually(lambda: get_pod(kube, namespace, "both-ids"))
-        job = await eventually(lambda: _job_when_submitted(kube, slurm, namespace, "both-ids"))
-        assert (job["user_id"], job["group_id"]) == (1001, 1002), both
+        both_job = await eventually(
+            lambda: _job_when_submitted(kube, slurm, namespace, "both-ids"))
+        assert (both_job["user_id"], both_job["group_id"]) == (1001, 1002), both
     finally:
         testbed.slurm("scancel", blocker, blocker_h100)
         testbed.slurm("scancel", "--reservation=sunk-e2e")
