@@ -10,7 +10,8 @@ import contextlib
 import os
 import secrets
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -37,6 +38,55 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return next((i for i, first in enumerate(FIRST) if path.endswith(first)), len(FIRST))
 
     items.sort(key=rank)  # stable: the rest as found
+
+
+#: The logs whose lines from a failed test's run go with its failure report, so the cause of a
+#: failure in CI can be read once CI's test bed is gone: every scheduler's, and slurmctld's.
+FAILURE_LOGS = ("sunk-*.log", "slurmctld.log")
+#: At most this many of each log's last lines.
+FAILURE_LINES = 300
+_LOG_START = pytest.StashKey[dict[Path, int]]()
+
+
+def _logs() -> dict[Path, int]:
+    """Each log of the running test bed and its size now (none before the bed is up)."""
+    bed = cluster.Testbed.load()
+    if bed is None:
+        return {}
+    found = [path for pattern in FAILURE_LOGS for path in (bed.path / "logs").glob(pattern)]
+    sizes = {}
+    for path in found:
+        with contextlib.suppress(OSError):
+            sizes[path] = path.stat().st_size
+    return sizes
+
+
+def _lines_since(start: dict[Path, int]) -> Iterator[tuple[str, str]]:
+    """Each log's lines written since ``start`` (a log begun since: all), its last lines."""
+    for path in sorted(_logs()):
+        lines: list[str] = []
+        with contextlib.suppress(OSError), path.open("rb") as log:
+            log.seek(start.get(path, 0))
+            lines = log.read().decode("utf-8", "replace").splitlines()
+        if lines:
+            yield (f"{path.name} during the test (its last {min(len(lines), FAILURE_LINES)} "
+                   f"of {len(lines)} lines)", "\n".join(lines[-FAILURE_LINES:]))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if "tests/e2e/" in str(item.path):
+        item.stash[_LOG_START] = _logs()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None],
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed and _LOG_START in item.stash:
+        for title, text in _lines_since(item.stash[_LOG_START]):
+            report.sections.append((title, text))
+    return report
 
 
 @pytest.fixture(scope="session")
