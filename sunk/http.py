@@ -183,6 +183,10 @@ class AiohttpTransport:
 
 #: aiohttp's default: a connection unused for longer may be closed by the server any moment.
 KEEP_IDLE = 15.0
+#: A kept-open connection unused for longer has its socket looked at before it is used again
+#: (:meth:`_Connection.heard_from`). One used since was reused as it is: in a burst each call
+#: takes a connection a few milliseconds old, and the look was 5 of each Pod's calls.
+LOOK_AFTER = 1.0
 
 
 #: What a connection makes of an answer: status, reason, body, and whether to keep it open.
@@ -413,8 +417,9 @@ class ConnectionPool:
         now = loop.time()
         while self._idle:
             connection = self._idle.pop()
-            if (not connection.closed and now - connection.active_at < KEEP_IDLE
-                    and not connection.heard_from()):
+            idle = now - connection.active_at
+            if not connection.closed and idle < KEEP_IDLE and (
+                    idle < LOOK_AFTER or not connection.heard_from()):
                 return connection, True
             self._drop(connection)
         async with asyncio.timeout(timeouts.connect):

@@ -207,10 +207,13 @@ async def test_a_connection_the_server_closed_while_idle_is_not_used_again() -> 
     assert [s.connection for s in server.seen] == [1, 2]
 
 
-async def test_a_connection_closed_while_the_loop_was_not_reading_is_not_used_again() -> None:
+@pytest.mark.parametrize("look_after", [0.0, 0.03])
+async def test_a_connection_closed_while_the_loop_was_not_reading_is_not_used_again(
+        monkeypatch: pytest.MonkeyPatch, look_after: float) -> None:
     """Between two tests, or under a busy loop, the server's close waits unread on the socket
     (held here by pausing the reading): a POST sent on that connection failed (CI, after a test
-    that restarted the API server)."""
+    that restarted the API server). Looked at once idle for LOOK_AFTER."""
+    monkeypatch.setattr(http, "LOOK_AFTER", look_after)
     async with serving(always(OK)) as server, pool_for(server.url) as pool:
         server.close_after_answer = True
         await pool.call("POST", server.url + "/", headers={}, body=b"1", timeouts=FAST)
@@ -226,12 +229,25 @@ async def test_a_connection_closed_while_the_loop_was_not_reading_is_not_used_ag
     assert [(s.connection, s.body) for s in server.seen] == [(1, b"1"), (2, b"2")]
 
 
-async def test_a_kept_open_connection_the_server_has_not_closed_is_used_again() -> None:
+@pytest.mark.parametrize("look_after", [0.0, 60.0])
+async def test_a_kept_open_connection_the_server_has_not_closed_is_used_again(
+        monkeypatch: pytest.MonkeyPatch, look_after: float) -> None:
+    """Looked at only once idle for LOOK_AFTER: a burst's calls do not pay for the look."""
+    monkeypatch.setattr(http, "LOOK_AFTER", look_after)
+    looks: list[http._Connection] = []
+    heard_from = http._Connection.heard_from
+
+    def looked_at(connection: http._Connection) -> bool:
+        looks.append(connection)
+        return heard_from(connection)
+
+    monkeypatch.setattr(http._Connection, "heard_from", looked_at)
     async with serving(always(OK)) as server, pool_for(server.url) as pool:
         for _ in range(3):
             await pool.call("POST", server.url + "/", headers={}, body=b"x", timeouts=FAST)
             await asyncio.sleep(0.01)  # the loop reads whatever there is to read
     assert [s.connection for s in server.seen] == [1, 1, 1]
+    assert len(looks) == (2 if look_after == 0.0 else 0)
 
 
 def closes_its_first_connection_on_the_second_request(seen: Seen, index: int) -> bytes | None:
