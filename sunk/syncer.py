@@ -255,7 +255,10 @@ class Syncer:
         """The job as Slurm has it now, one read for the lock requests that ask at once (a
         gang of 16 read its job 16 times as its prologs started); and whether this call joined
         a read another began. Shielded: a prolog that hangs up does not fail the read the
-        others wait for."""
+        others wait for. A single Pod's job runs on one node, one prolog: read alone."""
+        who = self.cluster.jobs.owner(job_id)
+        if who is not None and not who.gang:
+            return await self.slurm.job(job_id), False
         read = self._job_reads.get(job_id) if join else None
         joined = read is not None
         if read is None:

@@ -358,6 +358,23 @@ async def test_lock_requests_for_one_job_at_once_share_one_read_of_it(sync: Sync
     assert syncer._job_reads == {}
 
 
+async def test_lock_requests_for_a_single_pods_job_each_read_it(sync: Sync) -> None:
+    """One Pod's job runs on one node, so one prolog asks: its read is its own, without the
+    shared read's task (a second request is a prolog that asked again)."""
+    bed, syncer = sync.bed, sync.syncer
+    bed.cluster.jobs.learn(job(41, state="CONFIGURING", nodes="slurm-1"))  # one Pod's, ours
+    bed.slurm.jobs[41] = raw_job(41, state="CONFIGURING", nodes="slurm-1")
+    release = held_reads(sync, 41)
+    asking = [asyncio.create_task(syncer.request_lock("slurm-1", 41, False, within=0.05))
+              for _ in range(2)]
+    await until(lambda: len(bed.slurm.paths("GET")) == 2)
+    assert syncer._job_reads == {}
+    release.set()
+    for each in asking:
+        assert await each is LockState.FALSE  # not locked within 0.05 s: no worker here
+    assert syncer.requests["slurm-1"].job_id == 41
+
+
 async def test_a_request_refused_on_a_read_begun_before_it_asked_reads_again(
         sync: Sync) -> None:
     """The read it joined may be older than its call (the job was pending then): a refusal
