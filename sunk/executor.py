@@ -12,7 +12,6 @@ within it has its id carried by the Pod's binding, one write instead of two.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -45,16 +44,31 @@ JOB_ID_WAIT = 2.0
 
 @dataclass(eq=False)
 class DelayedWrite:
-    """Annotations waiting out :data:`JOB_ID_WAIT`; a binding that comes first takes them."""
+    """Annotations waiting out :data:`JOB_ID_WAIT` from their submission; a binding that
+    comes first takes them."""
 
     annotations: dict[str, str | None]
-    #: Set to write them now (a newer write of the Pod waits behind this one).
-    hurry: asyncio.Event = field(default_factory=asyncio.Event)
     #: No earlier write of the Pod is still going on: a binding may carry these (one that
     #: did while an older value was in flight could be overwritten by it).
     alone: bool = False
     #: A binding carries them: not written on their own.
     taken: bool = False
+    #: Done when :data:`JOB_ID_WAIT` has passed, or :meth:`hurry` was called. A future and a
+    #: timer: a wait under ``asyncio.timeout`` ends by cancelling its task, which cost each
+    #: Pod of the saturated run more than the rest of the delay.
+    due: asyncio.Future[None] = field(init=False)
+    _timer: asyncio.TimerHandle = field(init=False)
+
+    def __post_init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.due = loop.create_future()
+        self._timer = loop.call_later(JOB_ID_WAIT, self.hurry)
+
+    def hurry(self) -> None:
+        """Write them now (a newer write of the Pod waits behind this one, or it was bound)."""
+        self._timer.cancel()
+        if not self.due.done():
+            self.due.set_result(None)
 
 
 def scheduled_message(pod_key: str, k8s_node: str, slurm_node: str, job_id: int, *,
@@ -254,7 +268,7 @@ class Executor:
 
     def _hurry(self, uid: str) -> None:
         if (delayed := self._delayed.get(uid)) is not None:
-            delayed.hurry.set()
+            delayed.hurry()
 
     def _carried_by_binding(self, pod: kube.Obj) -> dict[str, str | None]:
         """The Pod's delayed job id, taken for its binding to carry (empty: none, or one a
@@ -263,7 +277,7 @@ class Executor:
         delayed = self._delayed.get(meta["uid"])
         if delayed is None:
             return {}
-        delayed.hurry.set()  # bound now: nothing more to wait for
+        delayed.hurry()  # bound now: nothing more to wait for
         present = [meta.get("annotations") or {},  # as the reconcile read it, and as watched
                    ((self.cluster.watched("pods", pod) or {}).get("metadata") or {}).get(
                        "annotations") or {}]
@@ -288,9 +302,7 @@ class Executor:
         try:
             if delayed is not None:
                 delayed.alone = True
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(JOB_ID_WAIT):
-                        await delayed.hurry.wait()
+                await delayed.due
             delay = ANNOTATE_RETRY
             while self.cluster.assumed.still_assumed(uid, annotations):
                 try:
