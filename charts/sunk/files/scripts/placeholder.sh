@@ -66,6 +66,11 @@ on_term() {
     exit 1
 }
 
+# From the first line on: the Pod may be bound as soon as ": started" is written, before the
+# started hook answers, and a job preempted then must not let go of its node while its Pod runs
+# (a shell without the trap dies of SIGTERM at once; with it, the trap runs once the command in
+# the foreground ends).
+trap on_term TERM INT
 scontrol update jobid="$JOB" extra="${SUNK_JOB_EXTRA:?not set by sunk}: started" || {
     log "could not mark the job started"
     exit 1
@@ -76,7 +81,6 @@ case "$answer" in
     *200) ;;
     *) log "the started hook answered: $answer (the scheduler's poll binds the Pod anyway)" ;;
 esac
-trap on_term TERM INT
 sleep infinity &
 wait
 # `wait` returns when a trapped signal arrives; the trap does the rest.
