@@ -251,9 +251,11 @@ class _Connection(asyncio.Protocol):
 
     def heard_from(self) -> bool:
         """Bytes, or the end, wait unread on this idle connection's socket: the server closed
-        it (or spoke unasked) while the loop was not reading, as between two tests, or when
-        the API server restarted under a busy loop. urllib3 looks the same way before it
-        reuses a connection; a POST sent on it would fail, and is never sent twice."""
+        it (or spoke unasked) while the loop was not reading, as between two tests. urllib3
+        looks the same way before it reuses a connection; a POST sent on it would fail, and is
+        never sent twice. (A close that arrives while the loop is busy, on a connection used
+        within :data:`LOOK_AFTER`, is not looked for: that POST fails, as it did before the look,
+        and its connection is dropped.)"""
         transport = self._transport
         sock = transport.get_extra_info("socket") if transport is not None else None
         if sock is None:

@@ -16,6 +16,7 @@ from sunk import kube
 from sunk.hookauth import HookRefused
 from sunk.inflight import InFlight
 from sunk.locking import LOCK_KEY, LOCK_TAINT_SPEC, LockState
+from sunk.slurm.job import PodIdentity
 from sunk.syncer import REQUEST_TTL, LockRequest, Syncer
 from tests.unit.core import stand_ins
 from tests.unit.core.stand_ins import (
@@ -340,11 +341,21 @@ def held_reads(sync: Sync, job_id: int) -> asyncio.Event:
     return release
 
 
-async def test_lock_requests_for_one_job_at_once_share_one_read_of_it(sync: Sync) -> None:
+#: A gang of two's identity, as its job names it.
+GANG = PodIdentity("ns", "job:g", "6a6e-1d", stand_ins.NAME, ("0123456789a0", "0123456789a1"))
+
+
+@pytest.mark.parametrize("owner", [None, GANG], ids=["not-ours", "a-gang"])
+async def test_lock_requests_for_one_job_at_once_share_one_read_of_it(
+        sync: Sync, owner: PodIdentity | None) -> None:
     """A gang's prologs, one per node, ask at the same moment: one read of the job for all,
-    and one prolog hanging up does not fail the read the others wait for."""
+    and one prolog hanging up does not fail the read the others wait for. So do those of a
+    job not ours (a Slurm job's, or one the job table has not learned yet)."""
     bed, syncer = sync.bed, sync.syncer
-    bed.slurm.jobs[41] = raw_job(41, state="CONFIGURING", nodes="slurm-1")
+    if owner is not None:
+        bed.cluster.jobs.learn(job(41, owner, state="CONFIGURING", nodes="slurm-1"))
+        assert bed.cluster.jobs.owner(41) == owner
+    bed.slurm.jobs[41] = raw_job(41, owner, state="CONFIGURING", nodes="slurm-1")
     release = held_reads(sync, 41)
     asking = [asyncio.create_task(syncer.request_lock("slurm-1", 41, False, within=0.05))
               for _ in range(3)]
