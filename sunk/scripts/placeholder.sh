@@ -66,8 +66,8 @@ on_term() {
     exit 1
 }
 
-# From the first line on: the Pod may be bound as soon as ": started" is written, before the
-# started hook answers, and a job preempted then must not let go of its node while its Pod runs
+# Before ": started" is written: the Pod may be bound as soon as it is, before the started
+# hook answers, and a job preempted then must not let go of its node while its Pod runs
 # (a shell without the trap dies of SIGTERM at once; with it, the trap runs once the command in
 # the foreground ends).
 trap on_term TERM INT

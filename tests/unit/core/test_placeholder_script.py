@@ -31,7 +31,8 @@ echo "$method $path" >> "$CALLS"
 case "$path" in
     */started) [ -n "${STARTED_SLOW:-}" ] && sleep "$STARTED_SLOW"
                printf '{"pod":"ns/p","gone":false}\n200' ;;
-    */terminating) printf '{"pod":"ns/p","gone":false}\n200' ;;
+    */terminating) [ -n "${TERMINATING_SLOW:-}" ] && sleep "$TERMINATING_SLOW"
+                   printf '{"pod":"ns/p","gone":false}\n200' ;;
     */pod*) printf '{"pod":"ns/p","gone":true}\n200' ;;
     *) printf '\n404' ;;
 esac
@@ -74,10 +75,39 @@ class Job:
             time.sleep(0.02)
         time.sleep(0.1)  # into the call's wait
 
+    def holding(self, within: float = 10.0) -> None:
+        """Wait until the script holds the node: its ``sleep infinity`` runs."""
+        deadline = time.monotonic() + within
+        while not any(_cmdline(pid) == ["sleep", "infinity"]
+                      for pid in _group(self.process.pid)):
+            assert time.monotonic() < deadline, f"never held the node: {self.calls()}"
+            time.sleep(0.02)
+
     def end(self) -> int:
         """Slurm ending the job: SIGTERM to all its processes; the script's exit status."""
-        os.killpg(self.process.pid, signal.SIGTERM)
+        self.signal()
         return self.process.wait(timeout=20)
+
+    def signal(self) -> None:
+        os.killpg(self.process.pid, signal.SIGTERM)
+
+
+def _group(pgid: int) -> list[int]:
+    """The processes of a process group (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
+                    found.append(int(entry.name))
+    return found
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    except OSError:
+        return []
 
 
 @pytest.fixture
@@ -105,8 +135,7 @@ def test_a_job_ended_at_any_point_asks_for_its_pod_to_go_and_waits_for_it(
     job = Job(tmp_path, **slow)
     jobs.append(job)
     if ended_during == "GET":
-        job.wait_for_call("POST /hooks/v1/jobs/7/started")
-        time.sleep(0.3)  # past the hook's answer, into `wait`
+        job.holding()
     else:
         job.wait_for_call(ended_during)
     assert job.end() == 0, "released the node once the Pod was gone"
@@ -114,3 +143,18 @@ def test_a_job_ended_at_any_point_asks_for_its_pod_to_go_and_waits_for_it(
     handshake = [c for c in calls if c.startswith(("POST /hooks/v1/jobs/7/terminating",
                                                    "GET /hooks/v1/jobs/7/pod"))]
     assert [c.split("=", 1)[0] + ("=" if "=" in c else "") for c in handshake] == HANDSHAKE, calls
+
+
+def test_a_second_sigterm_during_the_handshake_does_not_cut_it_short(
+        tmp_path: Path, jobs: list[Job]) -> None:
+    """Slurm may signal again (a preemption's grace time, then its cancel): the handshake
+    runs once, to its end."""
+    job = Job(tmp_path, TERMINATING_SLOW="2")
+    jobs.append(job)
+    job.holding()
+    job.signal()
+    job.wait_for_call("POST /hooks/v1/jobs/7/terminating")
+    job.signal()
+    assert job.process.wait(timeout=20) == 0
+    calls = [c.split("?", 1)[0] for c in job.calls() if "/terminating" in c or "/pod" in c]
+    assert calls == ["POST /hooks/v1/jobs/7/terminating", "GET /hooks/v1/jobs/7/pod"]
