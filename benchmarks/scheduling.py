@@ -230,7 +230,7 @@ def render_saturate(rec: results.Record) -> str:
         "(target 5 ms or less)",
         f"- Pods bound per second / raw jobs started per second: {f['ratio']:.2f}; with a "
         f"scheduler that cost nothing it could reach {f['ceiling']:.2f}; "
-        f"**ratio to that ceiling: {f['ratio_to_ceiling']:.2f}** (target 0.97 or more)",
+        f"**ratio to that ceiling: {f['ratio_to_ceiling']:.3f}** (target 0.97 or more)",
         "", "CPU per job or Pod in each phase (ms):", "",
         "| part | raw Slurm | sunk |", "|---|---|---|",
         *(f"| {part} | {raw['cpu_ms'].get(part, 0):.1f} | {ours['cpu_ms'].get(part, 0):.1f} |"

@@ -83,8 +83,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None],
                               ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    if report.failed and _LOG_START in item.stash:
-        for title, text in _lines_since(item.stash[_LOG_START]):
+    if report.failed and _LOG_START in item.stash:  # once: a failed call's teardown may fail too
+        start = item.stash[_LOG_START]
+        del item.stash[_LOG_START]
+        for title, text in _lines_since(start):
             report.sections.append((title, text))
     return report
 

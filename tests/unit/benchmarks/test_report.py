@@ -43,5 +43,5 @@ def test_the_figures_give_the_ratio_the_ceiling_and_the_share_of_it() -> None:
     rec = results.record("saturate", figures=figures, argv=["--scenario", "saturate"],
                          module="benchmarks.scheduling")
     text = render_saturate(rec)
-    assert "**ratio to that ceiling: 0.80**" in text
+    assert "**ratio to that ceiling: 0.800**" in text
     assert "| slurmrestd POST /job/submit | 1.00 |" in text
