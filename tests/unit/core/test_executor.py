@@ -730,6 +730,56 @@ async def test_a_binding_does_not_carry_a_job_id_behind_an_older_write_in_flight
     assert values == ["40", "41"]
 
 
+async def test_a_job_ids_wait_counts_from_its_submission_not_from_an_older_write(
+        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behind an older write of the Pod slower than JOB_ID_WAIT, the id's wait is over by the
+    time that write is answered: it goes out next, not JOB_ID_WAIT later."""
+    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 0.1)
+    answer = asyncio.Event()
+
+    async def slow_patches(request: httpx.Request) -> httpx.Response:
+        if request.method == "PATCH":
+            await answer.wait()
+        return bed.kube(request)
+
+    bed.executor.kube = KubeAPI(kube.Client(FakeCredentials(), transport=httpx.MockTransport(
+        slow_patches)), NAME)
+    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "40"})  # going out, not answered
+    await asyncio.sleep(0.01)
+    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"}, wait=True)
+    delayed = bed.executor._delayed["aaaa-0001"]
+    await asyncio.sleep(0.3)
+    assert delayed.due.done(), "waited out from the submission, the older write still going"
+    answer.set()
+    await asyncio.wait_for(settle(bed), 1)
+    values = [p["metadata"]["annotations"][f"{PREFIX}job-id"]
+              for p in bed.kube.calls("PATCH", "/api/v1/namespaces/ns/pods/p")]
+    assert values == ["40", "41"]
+
+
+async def test_a_job_id_write_cancelled_while_it_waits_leaves_nothing_behind(
+        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scheduler stopping: the waiting write's task is cancelled; its timer, firing
+    later, finds the wait over and nothing to do."""
+    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 0.05)
+    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"}, wait=True)
+    delayed = bed.executor._delayed["aaaa-0001"]
+    task = bed.executor._annotating["aaaa-0001"]
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert bed.executor._delayed == {} and delayed.due.cancelled()
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: errors.append(context))
+    try:
+        await asyncio.sleep(0.1)  # the timer fires
+    finally:
+        loop.set_exception_handler(None)
+    assert errors == [] and bed.kube.calls("PATCH") == []
+
+
 async def test_a_job_id_replaced_while_it_waits_is_never_written(bed: Bed) -> None:
     bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"}, wait=True)
     bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "42"}, wait=True)  # a new job
