@@ -460,7 +460,7 @@ class Executor:
             await self.kube.bind(pod, k8s_node, {
                 key: value for key, value in written.items() if value is not None})
         except BaseException as exc:
-            self.cluster.usage.observe("MODIFIED", pod)  # not bound: hold nothing there
+            self.cluster.usage.binding_failed(pod)  # not bound: hold nothing there
             if carried and isinstance(exc, Exception) and self.cluster.assumed.still_assumed(
                     pod["metadata"]["uid"], carried):  # (not when shutting down: cancelled)
                 self.annotate_soon(pod, carried)  # not carried after all: written on its own

@@ -107,6 +107,35 @@ def test_a_binding_counts_at_once_and_once_only() -> None:
     assert usage.reserved_on("n1") == {}
 
 
+def test_a_pods_events_from_before_its_binding_leave_its_room_held() -> None:
+    """The job id's own write lands just before the binding: its event (no Node yet) comes
+    after the binding was counted. Releasing the room then let 30 Pods be bound on a Node
+    with room for 28 (CI)."""
+    usage = NodeUsage(staying=lambda p: True, reserved=lambda p: False)
+    mine = pod(container(cpu="2"), uid="mine")
+    usage.observe("ADDED", mine)
+    usage.assume_bound(mine, "n1")
+    usage.observe("MODIFIED", pod(container(cpu="2"), uid="mine"))  # older than the binding
+    assert usage.used("n1") == {"cpu": 2000, "pods": 1}
+    usage.observe("MODIFIED", pod(container(cpu="2"), node="n1", uid="mine"))  # the binding
+    usage.observe("MODIFIED", pod(container(cpu="2"), node="n1", uid="mine", phase="Succeeded"))
+    assert usage.used("n1") == {"cpu": 0, "pods": 0}, "shown bound: events count again"
+
+
+def test_a_failed_binding_holds_nothing_and_a_deleted_pod_nothing() -> None:
+    usage = NodeUsage(staying=lambda p: True, reserved=lambda p: False)
+    mine = pod(container(cpu="2"), uid="mine")
+    usage.assume_bound(mine, "n1")
+    usage.binding_failed(mine)
+    assert usage.used("n1") == {"cpu": 0, "pods": 0}
+    usage.observe("MODIFIED", mine)
+    assert usage.used("n1") == {"cpu": 0, "pods": 0}
+    usage.assume_bound(mine, "n1")
+    usage.observe("DELETED", mine)  # gone before the watch showed it bound
+    assert usage.used("n1") == {"cpu": 0, "pods": 0}
+    assert usage._binding == set()
+
+
 def test_reserved_is_what_slurm_must_leave_room_for() -> None:
     usage = NodeUsage(staying=lambda p: True, reserved=staying)
     usage.observe("ADDED", pod(container(cpu="1", memory="1Gi"), node="n1", uid="slurmd"))
