@@ -701,10 +701,8 @@ async def test_a_binding_does_not_carry_what_it_cannot_remove(
     assert patch["metadata"]["annotations"][f"{PREFIX}rejected"] is None
 
 
-async def test_a_binding_does_not_carry_a_job_id_behind_an_older_write_in_flight(
-        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The older write, landing after the binding, would put the older job id back."""
-    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 5.0)
+def held_patches(bed: Bed) -> asyncio.Event:
+    """The executor's writes of Pods wait for the event before the API server answers them."""
     answer = asyncio.Event()
 
     async def slow_patches(request: httpx.Request) -> httpx.Response:
@@ -714,6 +712,14 @@ async def test_a_binding_does_not_carry_a_job_id_behind_an_older_write_in_flight
 
     bed.executor.kube = KubeAPI(kube.Client(FakeCredentials(), transport=httpx.MockTransport(
         slow_patches)), NAME)
+    return answer
+
+
+async def test_a_binding_does_not_carry_a_job_id_behind_an_older_write_in_flight(
+        bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The older write, landing after the binding, would put the older job id back."""
+    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 5.0)
+    answer = held_patches(bed)
     add_node(bed)
     bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "40"})  # going out, not answered
     await asyncio.sleep(0.01)
@@ -735,15 +741,7 @@ async def test_a_job_ids_wait_counts_from_its_submission_not_from_an_older_write
     """Behind an older write of the Pod slower than JOB_ID_WAIT, the id's wait is over by the
     time that write is answered: it goes out next, not JOB_ID_WAIT later."""
     monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 0.1)
-    answer = asyncio.Event()
-
-    async def slow_patches(request: httpx.Request) -> httpx.Response:
-        if request.method == "PATCH":
-            await answer.wait()
-        return bed.kube(request)
-
-    bed.executor.kube = KubeAPI(kube.Client(FakeCredentials(), transport=httpx.MockTransport(
-        slow_patches)), NAME)
+    answer = held_patches(bed)
     bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "40"})  # going out, not answered
     await asyncio.sleep(0.01)
     bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"}, wait=True)
