@@ -210,9 +210,9 @@ async def test_a_connection_the_server_closed_while_idle_is_not_used_again() -> 
 @pytest.mark.parametrize("look_after", [0.0, 0.03])
 async def test_a_connection_closed_while_the_loop_was_not_reading_is_not_used_again(
         monkeypatch: pytest.MonkeyPatch, look_after: float) -> None:
-    """Between two tests, or under a busy loop, the server's close waits unread on the socket
-    (held here by pausing the reading): a POST sent on that connection failed (CI, after a test
-    that restarted the API server). Looked at once idle for LOOK_AFTER."""
+    """Between two tests the server's close waits unread on the socket (held here by pausing
+    the reading): a POST sent on that connection failed (CI, after a test that restarted the
+    API server). Looked at once idle for LOOK_AFTER."""
     monkeypatch.setattr(http, "LOOK_AFTER", look_after)
     async with serving(always(OK)) as server, pool_for(server.url) as pool:
         server.close_after_answer = True
