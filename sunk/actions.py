@@ -74,6 +74,8 @@ class CancelJob:
 @dataclass(frozen=True)
 class DeletePod:
     why: str
+    #: The Event's reason: the job ended (from Slurm's side), or Slurm lost it.
+    reason: str = "SlurmJobEnded"
 
 
 @dataclass(frozen=True)

@@ -186,8 +186,8 @@ class Executor:
                     await self._bind(pod, record, k8s_node, slurm_node, job_id)
                 case do.CancelJob(job_id, why):
                     await self.cancel(job_id, kube.key(pod), why)
-                case do.DeletePod(why):
-                    await self._delete_pod(pod, record, why)
+                case do.DeletePod(why, reason):
+                    await self._delete_pod(pod, record, why, reason)
                 case do.RetryLater(why, room):
                     raise RetryLater(why, room=room)
 
@@ -505,8 +505,9 @@ class Executor:
         metrics.JOBS_CANCELLED.inc()
         log.info("pod %s: cancelled job %d: %s", key, job_id, why)
 
-    async def _delete_pod(self, pod: kube.Obj, record: PodRecord, why: str) -> None:
-        self.pod_event(pod, record, "SlurmJobEnded", f"{why}; deleting the Pod", warning=True)
+    async def _delete_pod(self, pod: kube.Obj, record: PodRecord, why: str,
+                          reason: str = "SlurmJobEnded") -> None:
+        self.pod_event(pod, record, reason, f"{why}; deleting the Pod", warning=True)
         await self.kube.delete_pod(pod)
         metrics.PODS_DELETED.inc()
         log.info("pod %s: deleted: %s", kube.key(pod), why)

@@ -10,8 +10,10 @@ So they are never taken as input on their own word:
 - a Pod's job is the job whose ``extra`` names the Pod's uid: Slurm holds what the scheduler
   itself wrote at submit time (``proven``);
 - a ``job-id`` that Slurm does not tie to this Pod is believed only when the scheduler wrote it
-  for this very Pod (``pod-uid`` is the Pod's uid) and Slurm no longer has the job (it ended
-  and was purged): the Pod then goes, as for any ended job;
+  for this very Pod (``pod-uid`` is the Pod's uid) and Slurm no longer has that job: it ended
+  and was purged, or a slurmctld that crashed before saving its state lost it, and may have
+  given its id to another job since (``lost``). The Pod is then handled as one whose job is
+  gone: deleted if bound, given a new job if not;
 - a ``rejected`` mark is believed only when written for this Pod;
 - anything else is ignored and reported, and the Pod is scheduled from scratch.
 """
@@ -54,6 +56,9 @@ class Ownership:
     check_job: int | None = None
     #: Annotations to write so that the Pod shows what is proven (None removes one).
     write: Mapping[str, str | None] = field(default_factory=dict)
+    #: ``job_id`` was the Pod's, but Slurm lost that job and gave its id to another: what
+    #: the id is now ("" otherwise).
+    lost: str = ""
 
 
 def read(annotations: Mapping[str, str], uid: str, keys: Keys, *, proven: int | None,
@@ -68,6 +73,7 @@ def read(annotations: Mapping[str, str], uid: str, keys: Keys, *, proven: int | 
     raw_job = annotations.get(keys.job_id)
     ignored: dict[str, str] = {}
     job_id: int | None = proven
+    lost = ""
 
     if proven is not None:
         if raw_job != str(proven) or not written_for_us:
@@ -87,11 +93,13 @@ def read(annotations: Mapping[str, str], uid: str, keys: Keys, *, proven: int | 
         elif int(raw_job) not in owner_of:
             return Ownership(check_job=int(raw_job))
         elif (owner := owner_of[int(raw_job)]) is GONE:
-            job_id = int(raw_job)  # ours, ended and purged by Slurm: the Pod goes too
+            job_id = int(raw_job)  # ours, ended and purged (or lost) by Slurm: the Pod goes too
         elif owner != uid:
-            ignored[keys.job_id] = (f"Slurm says job {raw_job} is not this Pod's"
-                                    + (" (not a job of this scheduler)" if owner == NOT_OURS
-                                       else " (it belongs to another Pod)"))
+            # The scheduler gave this id to this very Pod, so Slurm once ran it for the Pod:
+            # a crashed slurmctld lost the job and gave its id to a newer one.
+            job_id = int(raw_job)
+            lost = "its id is now " + (
+                "a job not of this scheduler's" if owner == NOT_OURS else "another Pod's job")
         else:  # Slurm ties it to this Pod (the caller had not learned it yet)
             job_id = int(raw_job)
 
@@ -104,4 +112,4 @@ def read(annotations: Mapping[str, str], uid: str, keys: Keys, *, proven: int | 
         ignored.setdefault(keys.pod_uid, f"{annotations[keys.pod_uid][:40]!r} is not this "
                                          "Pod's uid")
     return Ownership(job_id=job_id, rejected=rejected or "", ignored=ignored,
-                     write=dict.fromkeys(ignored))
+                     write=dict.fromkeys(ignored), lost=lost)

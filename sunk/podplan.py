@@ -48,15 +48,18 @@ def plan_pod(facts: PodFacts) -> do.Plan:
         what = "; ".join(f"{k}: {why}" for k, why in owned.ignored.items())
         first.append(do.ReportIgnored(
             f"only the scheduler writes these, for this Pod alone: {what}. "
-            + ("The Pod is scheduled from scratch." if owned.job_id is None
-               else f"Its job is {owned.job_id}.")))
+            + (f"Its job is {owned.job_id}." if owned.job_id is not None
+               else "The Pod is bound already and is left where it is." if view.bound
+               else "The Pod is scheduled from scratch.")))
     step = decide(view, job)
     if facts.refitted and view.job_id is not None and facts.job is not None and (
             not facts.job.finished):  # its cancel may have failed: never leave it running
         first.append(do.CancelJob(view.job_id, "moved: its Node had no room for the Pod"))
     if step is Step.SUBMIT and view.job_id is not None and not facts.refitted:
         what = f"job {view.job_id} " + (
-            "was lost by Slurm before it ran" if job is None
+            "was lost by Slurm before it ran"
+            + (f" ({owned.lost})" if owned.lost else "")
+            if job is None
             else f"is held by Slurm after its launch failed ({job.reason})"
             if job.state == "PENDING" else f"{job.state.lower()} before it started")
         if job is not None and not job.finished:  # held: it goes before its successor comes
@@ -91,9 +94,14 @@ def plan_pod(facts: PodFacts) -> do.Plan:
     elif step is Step.CANCEL_JOB and view.job_id is not None:
         first.append(do.CancelJob(view.job_id, "its Pod is being deleted" if view.deleting
                                   else f"its Pod is {view.phase.lower()}"))
-    elif step is Step.DELETE_POD:
-        first.append(do.DeletePod(f"job {view.job_id} {job.state.lower()}" if job
-                                  else f"job {view.job_id} no longer exists in Slurm"))
+    elif step is Step.DELETE_POD and job is not None:
+        first.append(do.DeletePod(f"job {view.job_id} {job.state.lower()}"))
+    elif step is Step.DELETE_POD:  # bound, and Slurm no longer counts it on its node
+        first.append(do.DeletePod(
+            f"job {view.job_id} of this bound Pod " + (
+                f"was lost by Slurm ({owned.lost})" if owned.lost
+                else "is no longer in Slurm (ended and purged, or lost)")
+            + ": Slurm no longer counts the Pod on its node", reason="SlurmJobLost"))
     return do.Plan(tuple(first))
 
 

@@ -95,17 +95,23 @@ def test_an_id_slurm_ties_to_this_pod_is_believed() -> None:
     assert owned(ours(job_id="5"), owner_of={5: UID}) == Ownership(job_id=5)
 
 
-@pytest.mark.parametrize(("owner", "said"), [
-    (NOT_OURS, "not a job of this scheduler"),
-    ("uid-2", "belongs to another Pod"),
+@pytest.mark.parametrize(("owner", "now"), [
+    (NOT_OURS, "its id is now a job not of this scheduler's"),
+    ("uid-2", "its id is now another Pod's job"),
 ])
-def test_an_id_slurm_gives_to_something_else_is_ignored(owner: str, said: str) -> None:
+def test_an_id_written_for_this_pod_that_slurm_gave_to_another_job_is_a_lost_job(
+        owner: str, now: str) -> None:
+    """The scheduler wrote it for this very Pod, so Slurm once had it for the Pod: a crashed
+    slurmctld lost the job and gave its id to a newer one. Believed, and said to be lost (the
+    Pod is then deleted if bound, given a new job if not), never ignored."""
     result = owned(ours(job_id="5"), owner_of={5: owner})
-    assert result.job_id is None and result.check_job is None and result.rejected == ""
-    assert set(result.ignored) == {JOB}
-    assert "Slurm says job 5 is not this Pod's" in result.ignored[JOB]
-    assert said in result.ignored[JOB]
-    assert result.write == {JOB: None}
+    assert result == Ownership(job_id=5, lost=now)
+
+
+@pytest.mark.parametrize("owner", [NOT_OURS, UID, GONE])
+def test_an_id_not_written_for_this_pod_is_never_a_lost_job(owner: str | None) -> None:
+    result = owned({JOB: "5"}, owner_of={5: owner})
+    assert result.job_id is None and result.lost == "" and set(result.ignored) == {JOB}
 
 
 # -- the rejection mark and a stray pod-uid ----------------------------------------------------

@@ -202,10 +202,47 @@ def test_the_job_of_a_pod_going_or_done_is_cancelled(view: PodView, job: JobView
     (PodView(job_id=7, bound=True, phase="Running"), JobView(state="TIMEOUT"), "job 7 timeout"),
     (PodView(job_id=7), JobView(state="COMPLETED"), "job 7 completed"),
     (PodView(job_id=7), JobView(state="FAILED", started=True), "job 7 failed"),
-    (PodView(job_id=7, bound=True, phase="Running"), None, "job 7 no longer exists in Slurm"),
 ])
 def test_a_pod_whose_job_ended_is_deleted(view: PodView, job: JobView | None, why: str) -> None:
     assert plan_pod(facts(view, job)) == do.Plan((do.DeletePod(why),))
+
+
+@pytest.mark.parametrize(("lost", "why"), [
+    ("", "job 7 of this bound Pod is no longer in Slurm (ended and purged, or lost)"),
+    ("its id is now another Pod's job",
+     "job 7 of this bound Pod was lost by Slurm (its id is now another Pod's job)"),
+])
+def test_a_bound_pod_whose_job_slurm_no_longer_has_is_deleted_as_lost(lost: str,
+                                                                       why: str) -> None:
+    """Slurm no longer counts the Pod on its node: it must not run on there."""
+    view = PodView(job_id=7, bound=True, phase="Running")
+    plan = plan_pod(facts(view, None, Ownership(job_id=7, lost=lost)))
+    assert plan == do.Plan((do.DeletePod(f"{why}: Slurm no longer counts the Pod on its node",
+                                         reason="SlurmJobLost"),))
+
+
+def test_a_bound_pod_whose_job_id_slurm_gave_to_another_pod_is_deleted_never_rescheduled(
+        ) -> None:
+    """From the annotations as they stand: the id was written for this Pod, Slurm says it is
+    another Pod's job now (the scheduler reads it so; the job is not this Pod's to look at)."""
+    owned = ownership.read({KEYS.job_id: "7", KEYS.pod_uid: UID}, UID, KEYS, proven=None,
+                           owner_of={7: "uid-2"})
+    view = PodView(job_id=owned.job_id, bound=True, phase="Running")
+    (action,) = plan_pod(facts(view, None, owned)).actions
+    assert isinstance(action, do.DeletePod) and action.reason == "SlurmJobLost"
+    assert "another Pod's job" in action.why
+    # not bound yet: a new job, saying what became of the old one
+    plan = plan_pod(facts(PodView(job_id=7), None, owned))
+    assert plan.submit and do.PodEvent(
+        "SlurmJobLost", "job 7 was lost by Slurm before it ran (its id is now another Pod's "
+        "job); submitting a new one (try 1 of 3)", warning=True) in plan.actions
+
+
+def test_a_bound_pod_with_ignored_annotations_is_not_said_to_be_scheduled_from_scratch() -> None:
+    owned = read({KEYS.job_id: "abc"})
+    (report,) = plan_pod(facts(PodView(bound=True, phase="Running"), None, owned)).actions
+    assert isinstance(report, do.ReportIgnored)
+    assert "from scratch" not in report.message and "bound already" in report.message
 
 
 @pytest.mark.parametrize(("view", "job"), [

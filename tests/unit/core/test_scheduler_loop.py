@@ -290,7 +290,8 @@ async def test_a_bound_pod_whose_job_ended_is_deleted(loop: Loop, purged: bool) 
         assert bed.slurm.seen == []
     await bed.settle()
     (event,) = bed.events()
-    assert event["reason"] == "SlurmJobEnded" and event["type"] == "Warning"
+    assert event["reason"] == ("SlurmJobLost" if purged else "SlurmJobEnded")
+    assert event["type"] == "Warning"
     assert ("completed" in event["message"]) != purged
 
 
@@ -317,7 +318,10 @@ async def test_a_copied_job_id_is_ignored_and_the_pod_scheduled_from_scratch(
     assert bed.cluster.jobs.by_uid == {"bbbb-0002": 41, UID: 42}
 
 
-async def test_a_job_id_slurm_gives_to_another_pod_is_read_then_ignored(loop: Loop) -> None:
+async def test_a_job_id_slurm_gave_to_another_pod_is_a_lost_job_and_a_new_one_is_submitted(
+        loop: Loop) -> None:
+    """Written for this Pod, so Slurm once had it for the Pod: a crashed slurmctld lost it and
+    gave its id to another Pod's job. Not bound yet: a new job, and the other Pod's is kept."""
     bed = loop.bed
     other = who("bbbb-0002", name="q")
     bed.slurm.jobs[41] = raw_job(41, other, state="RUNNING", nodes="slurm-1", started=True)
@@ -330,8 +334,31 @@ async def test_a_job_id_slurm_gives_to_another_pod_is_read_then_ignored(loop: Lo
     assert bed.cluster.jobs.owner(41) == other, "what was read is learned"
     assert len(bed.slurm.calls("POST", SUBMIT)) == 1
     assert bed.kube.calls("POST", f"{POD_PATH}/binding") == []
+    assert bed.slurm.paths("DELETE") == [], "never cancels another Pod's job"
     await bed.settle()
-    assert "belongs to another Pod" in bed.events()[0]["message"]
+    (event,) = bed.events()
+    assert event["reason"] == "SlurmJobLost" and "another Pod's job" in event["message"]
+
+
+async def test_a_bound_pod_whose_job_id_slurm_gave_to_another_pod_is_deleted(
+        loop: Loop) -> None:
+    """Slurm no longer counts the bound Pod on its node (its job is gone, its id another
+    Pod's): the Pod goes, as for any ended job, and the other Pod's job is left alone."""
+    bed = loop.bed
+    other = who("bbbb-0002", name="q")
+    bed.cluster.jobs.learn(job(41, who(), state="RUNNING", nodes="slurm-1", started=True))
+    bed.cluster.jobs.learn(job(41, other, state="RUNNING", nodes="slurm-1", started=True))
+    assert bed.cluster.jobs.by_uid == {"bbbb-0002": 41}
+    put(bed.cluster.pod_informers[0], pod(annotations=owned(41), node="node-a"))
+    await loop.scheduler.reconcile("ns/p")
+    (delete,) = bed.kube.calls("DELETE", POD_PATH)
+    assert delete["preconditions"] == {"uid": UID}
+    assert bed.slurm.paths("DELETE") == [] and bed.slurm.calls("POST", SUBMIT) == []
+    await bed.settle()
+    (event,) = bed.events()
+    assert event["reason"] == "SlurmJobLost" and event["type"] == "Warning"
+    assert "job 41" in event["message"] and "another Pod's job" in event["message"]
+    assert "from scratch" not in event["message"]
 
 
 async def test_a_job_id_slurm_ties_to_the_pod_is_learned_and_followed(loop: Loop) -> None:
