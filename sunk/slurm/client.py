@@ -92,6 +92,11 @@ def _readable(records: list[dict[str, Any]]) -> list[Job]:
     return jobs
 
 
+#: The error number slurmrestd gives a cancel that never reached slurmctld, or whose answer
+#: was lost (Slurm's ``slurm_kill_jobs`` returns ``send_recv(...) < 0``: 1, EPERM's number).
+CANCEL_NOT_DELIVERED = 1
+
+
 class SlurmError(Exception):
     """slurmrestd answered with an error (``status`` 0: it could not be reached).
 
@@ -235,6 +240,14 @@ class SlurmClient:
         except SlurmError as exc:
             if exc.status == 404 or "Invalid job id" in str(exc) or "already completed" in str(exc):
                 return
+            if exc.numbers == (CANCEL_NOT_DELIVERED,):
+                # Slurm 24.11 to 26.05 (slurm_kill_jobs in src/api/cancel.c) turn any failed
+                # round trip to slurmctld into rc 1, which reads "Operation not permitted".
+                raise SlurmError(
+                    f"DELETE /job/{job_id}: slurmrestd did not get slurmctld's answer (Slurm "
+                    "says 'Operation not permitted', error 1, for any failed round trip of a "
+                    "cancel; slurmctld refused nothing): retried", status=exc.status,
+                    slurm_message=exc.slurm_message, numbers=exc.numbers) from exc
             raise
 
     async def nodes(self) -> list[dict[str, Any]]:

@@ -229,6 +229,19 @@ async def test_a_refused_cancel_is_raised(rest: Slurmrestd, client: SlurmClient)
     assert caught.value.status == 403
 
 
+async def test_a_cancel_that_never_reached_slurmctld_is_raised_as_such(
+        rest: Slurmrestd, client: SlurmClient) -> None:
+    """Slurm 24.11 to 26.05 answer any failed round trip of a cancel to slurmctld as "Operation
+    not permitted" (error 1): a retry, not a refusal, and the message says so."""
+    rest.handler = refusal(500, {"description": "Signal request failed",
+                                 "error": "Operation not permitted", "error_number": 1})
+    with pytest.raises(SlurmError) as caught:
+        await client.cancel(7)
+    assert caught.value.status == 500 and not caught.value.permanent
+    assert "did not get slurmctld's answer" in str(caught.value)
+    assert "refused nothing" in str(caught.value)
+
+
 async def test_update_node_posts_its_fields(rest: Slurmrestd, client: SlurmClient) -> None:
     await client.update_node("h100-000", {"state": ["DRAIN"], "reason": "sunk"})
     assert rest.last.method == "POST" and rest.last.url.path == "/slurm/v0.0.42/node/h100-000"
