@@ -89,16 +89,25 @@ class SlurmWatch:
     async def relist(self) -> None:
         """After an outage: every job again, in full. What was lost is forgotten (its Pod is
         reconciled: submitted again if it was not bound yet); what moved to another Pod is
-        learned anew."""
+        learned anew.
+
+        Only what was known when the listing was asked is judged by it: a job learned while it
+        was on its way (submitted then, or read at its prolog's lock) is newer than the
+        listing, and forgetting it would tell its placeholder it is no job of ours (its node
+        let go under its Pod)."""
+        before = dict(self.jobs.jobs)
         try:
             listed = await self.slurm.all_jobs()
         except SlurmError as exc:
             log.warning("listing jobs after Slurm came back failed: %s", exc)
             return
         fresh = {job.job_id for job in listed}
-        for job_id in [j for j in self.jobs if j not in fresh]:
-            self._forget(job_id)
+        for job_id, known in before.items():
+            if job_id not in fresh and self.jobs.get(job_id) is known:
+                self._forget(job_id)
         for job in listed:
+            if self.jobs.get(job.job_id) is not before.get(job.job_id):
+                continue  # learned since the listing was asked: what the listing says is older
             if (who := self.learn(job)) is not None:
                 self.wake(who)
         del listed

@@ -105,6 +105,28 @@ async def test_relist_gives_a_reused_id_to_its_new_pod(watch: Watch) -> None:
     assert watch.woken == [A, B], "the Pod that lost it, and the one that has it"
 
 
+async def test_a_job_learned_while_the_relist_is_on_its_way_is_kept(watch: Watch) -> None:
+    """Submitted (or read at its prolog's lock) after the listing was asked: the listing is
+    older than what is known of it. Forgotten, its placeholder would be told it is no job of
+    ours and let its node go under a running Pod."""
+    bed = watch.bed
+    bed.cluster.jobs.learn(job(41, A, state="RUNNING", nodes="slurm-1", started=True))
+    bed.slurm.jobs = {41: raw_job(41, A, state="RUNNING", nodes="slurm-1", started=True)}
+
+    def listing(request: httpx.Request) -> httpx.Response:
+        answer = bed.slurm.fallback(request)  # as slurmctld had it when asked
+        bed.cluster.jobs.learn(job(42, B, state="RUNNING", nodes="slurm-2", started=True))
+        bed.cluster.jobs.learn(job(41, A, state="CANCELLED", nodes="slurm-1", started=True))
+        return answer
+
+    bed.slurm.routes[("GET", f"{SLURM}/jobs/")] = listing
+    await bed.watch.relist()
+    assert set(bed.cluster.jobs) == {41, 42} and bed.cluster.jobs.by_uid == {A.uid: 41,
+                                                                              B.uid: 42}
+    newer = bed.cluster.jobs.get(41)
+    assert newer is not None and newer.state == "CANCELLED", "not taken back to the listing's"
+
+
 async def test_a_failed_relist_changes_nothing(watch: Watch) -> None:
     bed = watch.bed
     bed.cluster.jobs.learn(job(41, A))
