@@ -49,6 +49,7 @@ class HookAnswers:
         self.executor = executor
         self.wake = wake
         self.ready = cluster.ready
+        self.scheduler_name = cluster.settings.scheduler_name
 
     def _ours(self, job_id: int) -> tuple[PodIdentity, list[kube.Obj]] | None:
         """The Pod a job of ours is for (a gang: its members), and those that still exist."""
@@ -67,6 +68,12 @@ class HookAnswers:
         """What the job's credential is bound to (its Pod), or None if it is not ours."""
         found = self._ours(job_id)
         return None if found is None else job_owner(found[0].scheduler, found[0].uid)
+
+    async def read_job(self, job_id: int) -> None:
+        """Learn the job from Slurm now: a placeholder is told its job is not ours (and lets
+        its node go) only on Slurm's word."""
+        async with answering(f"reading job {job_id}"):
+            await self.watch.read(job_id)
 
     async def _fresh_job(self, job_id: int) -> Job:
         """The job as Slurm has it now (hooks that act on Slurm's word read it first)."""

@@ -42,7 +42,7 @@ from urllib.parse import unquote
 import msgspec
 
 from sunk import metrics
-from sunk.hookauth import JOB_PREFIX, HookKeys, HookRefused, bearer
+from sunk.hookauth import JOB_PREFIX, HookKeys, HookRefused, bearer, job_owner
 from sunk.hookinput import (
     ErrorMessage,
     JobId,
@@ -72,8 +72,12 @@ class HookScheduler(Protocol):
     and whether it is gone, None for a job that is not one of ours, or raises HookRefused."""
 
     ready: asyncio.Event
+    scheduler_name: str
 
     def job_owner(self, job_id: int) -> str | None: ...
+
+    async def read_job(self, job_id: int) -> None:
+        """Learn the job from Slurm now (raises HookRefused 503 while Slurm does not answer)."""
 
     async def job_terminating(self, job_id: int, node: str) -> tuple[str, bool] | None: ...
 
@@ -117,6 +121,8 @@ def _count(hook: str, status: int) -> None:
 
 def _refuse(hook: str, status: int, detail: str, retry_after: int | None = None) -> _Answer:
     _count(hook, status)
+    if status == 404 and hook in JOB_HOOKS:  # a placeholder told this lets its node go
+        log.info("hook %s: 404: %s", hook, detail)
     headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
     return _Answer(status, detail, headers=headers)
 
@@ -203,22 +209,33 @@ def create_hooks_app(scheduler: HookScheduler, *, keys: HookKeys,
             raise _Answer(401, "missing or wrong hook credential")
         return presented
 
-    def authorize_job(hook: str, request: Request, presented: str, job_id: int) -> None:
+    async def authorize_job(hook: str, request: Request, presented: str, job_id: int) -> None:
         """The node secret may call for any job; a job credential only for its own Pod's.
 
-        A placeholder whose job Slurm lost (a slurmctld crash) may find the id given to another
-        Pod's job: when its credential proves it is the Pod it names (``X-Sunk-Pod-Uid``), it
-        is told the job is not one of ours any more (404: release the node), not refused."""
+        A 404 tells a placeholder its job is not one of ours, and it lets its node go: said to
+        a placeholder that proves which Pod it is for (``X-Sunk-Pod-Uid``) only on Slurm's
+        word, read now, never on a job table that does not know the job (yet, or any more).
+        A placeholder whose job Slurm lost (a slurmctld crash) may find the id given to
+        another Pod's job: it is told the job is not one of ours any more (404), not
+        refused."""
         if keys.is_node_secret(presented):
             return
         owner = scheduler.job_owner(job_id)
+        claimed = _header(request, "X-Sunk-Pod-Uid")[:64]
+        proven = claimed and keys.is_job_credential(
+            presented, job_owner(scheduler.scheduler_name, claimed))
+        if owner is None and proven:
+            try:
+                await scheduler.read_job(job_id)
+            except HookRefused as refused:
+                raise _refuse(hook, refused.status, refused.detail,
+                              refused.retry_after) from None
+            owner = scheduler.job_owner(job_id)
         if owner is None:
             raise _refuse(hook, 404, f"no such job of this scheduler: {job_id}")
         if keys.is_job_credential(presented, owner):
             return
-        claimed = _header(request, "X-Sunk-Pod-Uid")[:64]
-        if claimed and keys.is_job_credential(
-                presented, owner.rsplit("/", 1)[0] + "/" + claimed):
+        if proven:
             raise _refuse(hook, 404, f"no such job of this scheduler for Pod uid {claimed}: "
                                      f"job {job_id} is another Pod's now (Slurm lost yours)")
         raise _refuse(hook, 403, f"this credential is not job {job_id}'s: a placeholder "
@@ -286,7 +303,7 @@ def create_hooks_app(scheduler: HookScheduler, *, keys: HookKeys,
                 errors.append(missing_body())
         if errors:
             raise call.invalid(errors)
-        authorize_job(hook, call.request, presented, job)
+        await authorize_job(hook, call.request, presented, job)
         if hook == "pod":
             work = functools.partial(scheduler.wait_pod_gone, job, within)
         elif hook == "started":

@@ -79,10 +79,11 @@ def test_ownership_believes_nothing_without_proof(
     if proven is not None:
         assert result.job_id == proven and result.check_job is None
     elif result.job_id is not None:
-        # Only an id the scheduler wrote for this Pod, that Slurm ties to it or no longer has.
+        # Only an id the scheduler wrote for this Pod, that Slurm ties to it or no longer has,
+        # or has given to another job (then said to be lost: never taken for the Pod's job).
         assert written_for_us
         assert annotations[KEYS.job_id] == str(result.job_id).zfill(len(annotations[KEYS.job_id]))
-        assert owner_of[result.job_id] in (ownership.GONE, uid)
+        assert (owner_of[result.job_id] in (ownership.GONE, uid)) != bool(result.lost)
     if result.check_job is not None:
         assert proven is None and written_for_us and result.job_id is None
         assert result.check_job not in owner_of
@@ -147,9 +148,15 @@ class FakeScheduler:
         self.calls: list[tuple[str, int]] = []
         self.outages = 0
 
+    scheduler_name = NAME
+
     def job_owner(self, job_id: int) -> str | None:
         uid = JOBS.get(job_id)
         return None if uid is None else job_owner(NAME, uid)
+
+    async def read_job(self, job_id: int) -> None:
+        """Slurm has no job of ours the table does not know."""
+        self.calls.append(("read", job_id))
 
     def _answer(self, hook: str, job_id: int, node: str) -> tuple[str, bool] | None:
         self.calls.append((hook, job_id))

@@ -74,6 +74,22 @@ async def test_a_job_is_owned_by_its_pod_and_other_jobs_by_no_one(hooks: Hooks) 
     assert hooks.answers.ready is bed.cluster.ready
 
 
+async def test_reading_a_job_the_table_does_not_know_learns_it_and_an_outage_is_a_503(
+        hooks: Hooks) -> None:
+    """What the hook API does before it would tell a placeholder its job is not ours."""
+    bed = hooks.bed
+    bed.slurm.jobs[41] = raw_job(41, state="RUNNING", nodes="slurm-1", started=True)
+    assert hooks.answers.job_owner(41) is None
+    await hooks.answers.read_job(41)
+    assert hooks.answers.job_owner(41) == f"{NAME}/{UID}"
+    await hooks.answers.read_job(99)  # Slurm has no such job: still not ours
+    assert hooks.answers.job_owner(99) is None
+    bed.slurm.routes[("GET", f"{SLURM}/job/42")] = down()
+    outage = await refused(hooks.answers.read_job(42))
+    assert outage.status == 503 and outage.retry_after == 5
+    assert hooks.answers.scheduler_name == NAME
+
+
 # -- started -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("slurm_says,why", [

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 
 import httpx
 import pytest
@@ -47,10 +47,16 @@ def credential(job_id: int, *, tokens: Sequence[str] = (TOKEN,), scheduler: str 
 class Scheduler:
     """The scheduler's answers, as plain data (what the hook API asks of it)."""
 
+    scheduler_name = NAME
+
     def __init__(self) -> None:
         self.ready = asyncio.Event()
         self.ready.set()
         self.calls: list[tuple[str, int]] = []
+        #: Jobs of ours that Slurm has and the job table does not know yet (or any more),
+        #: learned by read_job; and whether Slurm answers that read.
+        self.in_slurm_only: dict[int, str] = {}
+        self.slurm_down = False
         #: Raised by every job hook while set (what the real scheduler raises on a mismatch
         #: with Slurm, or an outage).
         self.refusal: HookRefused | None = None
@@ -62,6 +68,14 @@ class Scheduler:
     def job_owner(self, job_id: int) -> str | None:
         uid = JOBS.get(job_id)
         return None if uid is None else job_owner(NAME, uid)
+
+    async def read_job(self, job_id: int) -> None:
+        self.calls.append(("read", job_id))
+        if self.slurm_down:
+            raise HookRefused(503, f"reading job {job_id}: Slurm did not answer",
+                              retry_after=5)
+        if job_id in self.in_slurm_only:
+            JOBS[job_id] = self.in_slurm_only.pop(job_id)
 
     def _answer(self, hook: str, job_id: int) -> tuple[str, bool] | None:
         self.calls.append((hook, job_id))
@@ -464,6 +478,68 @@ async def test_a_job_whose_id_slurm_gave_to_another_pod_is_told_to_let_go_not_re
             lying = await call(client, method, hook, 8, {**mine, "X-Sunk-Pod-Uid": JOBS[8]})
             assert lying.status_code == 403, (hook, lying.text)
     assert scheduler.calls == []
+
+
+@pytest.fixture
+def job_10_unknown() -> Iterator[Scheduler]:
+    """Job 10 is Pod uid-10's: Slurm has it, the job table does not (not yet learned, or
+    forgotten by a relist)."""
+    scheduler = Scheduler()
+    scheduler.in_slurm_only = {10: "uid-10"}
+    yield scheduler
+    JOBS.pop(10, None)
+
+
+async def test_a_job_the_table_does_not_know_is_read_from_slurm_before_any_404(
+        job_10_unknown: Scheduler) -> None:
+    """A 404 makes a placeholder let its node go: its own job, which the table does not know
+    at that moment, is read from Slurm first, then answered as any job of ours."""
+    scheduler = job_10_unknown
+    app = create_hooks_app(scheduler, keys=keys(TOKEN))
+    own = {**bearer(HookKeys(lambda: (TOKEN,)).job_credential(job_owner(NAME, "uid-10"))),
+           "X-Sunk-Pod-Uid": "uid-10"}
+    async with hook_client(app) as client:
+        r = await call(client, "POST", "terminating", 10, own)
+        assert r.status_code == 200, r.text
+        assert r.json() == {"pod": "ns/p10", "gone": False}
+        r = await call(client, "GET", "pod", 10, own)
+        assert r.status_code == 200 and r.json()["pod"] == "ns/p10"
+    assert scheduler.calls == [("read", 10), ("terminating", 10), ("pod", 10)], \
+        "read once, then known"
+
+
+async def test_slurm_not_answering_that_read_is_a_503_never_a_404(
+        job_10_unknown: Scheduler) -> None:
+    scheduler = job_10_unknown
+    scheduler.slurm_down = True
+    app = create_hooks_app(scheduler, keys=keys(TOKEN))
+    own = {**bearer(HookKeys(lambda: (TOKEN,)).job_credential(job_owner(NAME, "uid-10"))),
+           "X-Sunk-Pod-Uid": "uid-10"}
+    async with hook_client(app) as client:
+        for method, hook in JOB_HOOKS:
+            r = await call(client, method, hook, 10, own)
+            assert r.status_code == 503, (hook, r.text)
+            assert r.headers["Retry-After"] == "5"
+
+
+async def test_slurm_is_read_only_for_a_caller_that_proves_its_pod(
+        job_10_unknown: Scheduler) -> None:
+    """A job Slurm does not have is 404 after one read; a caller whose credential proves no
+    Pod (none claimed, or another's) gets 404 with no read: anyone reaching the port cannot
+    make the scheduler read Slurm."""
+    scheduler = job_10_unknown
+    app = create_hooks_app(scheduler, keys=keys(TOKEN))
+    own = {**bearer(HookKeys(lambda: (TOKEN,)).job_credential(job_owner(NAME, "uid-10"))),
+           "X-Sunk-Pod-Uid": "uid-10"}
+    async with hook_client(app) as client:
+        gone = await call(client, "POST", "terminating", 9, own)
+        assert gone.status_code == 404
+        for headers in ({k: v for k, v in own.items() if k != "X-Sunk-Pod-Uid"},
+                        {**own, "X-Sunk-Pod-Uid": "uid-7"},
+                        {**bearer("sunkjob-forged"), "X-Sunk-Pod-Uid": "uid-10"}):
+            r = await call(client, "POST", "terminating", 10, headers)
+            assert r.status_code in (401, 404), r.text
+    assert scheduler.calls == [("read", 9)]
 
 
 async def test_a_request_that_is_not_http_is_one_warning_line_not_a_traceback(
