@@ -50,7 +50,7 @@ async def test_cpu_and_gpu_pods_get_matching_jobs_and_run_where_slurm_put_them(
     for name in ("cpu", "gpu"):
         pod = await wait_bound(kube, namespace, name)
         job = await job_of(slurm, pod)
-        assert job["job_state"] == ["RUNNING"]
+        assert job["job_state"][0] == "RUNNING"  # a flag (CONFIGURING) may still follow
         assert job["extra"].endswith(": started")
         assert pod["spec"]["nodeName"] == await k8s_node_of(kube, job["nodes"])
         assert job["name"] == f"pod:{namespace}/{name}"

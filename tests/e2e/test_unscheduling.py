@@ -85,6 +85,78 @@ async def test_deleting_a_running_pod_ends_its_job_and_frees_the_node_only_once_
         testbed.slurm("scancel", waiting)
 
 
+async def _started_job(slurm: httpx.AsyncClient, namespace: str, name: str,
+                       newer_than: int) -> tuple[str, str]:
+    """The Pod's job id and node, as soon as its placeholder script has written ``: started``
+    (read from Slurm as fast as slurmrestd answers: the Pod is bound about then)."""
+    async with asyncio.timeout(60):
+        job_id = None
+        while job_id is None:
+            listed = (await slurm.get("/slurm/v0.0.42/jobs/state/")).json()["jobs"]
+            for listed_id in sorted(int(j["job_id"]) for j in listed):
+                if listed_id > newer_than and (await job(slurm, listed_id))["name"] == (
+                        f"pod:{namespace}/{name}"):
+                    job_id = str(listed_id)
+                    break
+        while True:
+            found = await job(slurm, job_id)
+            if found["job_state"][0] == "RUNNING" and ": started" in (found.get("extra") or ""):
+                return job_id, str(found["nodes"])
+
+
+async def _newest_job(slurm: httpx.AsyncClient) -> int:
+    listed = (await slurm.get("/slurm/v0.0.42/jobs/state/")).json()["jobs"]
+    return max((int(j["job_id"]) for j in listed), default=0)
+
+
+@pytest.mark.parametrize("after_ms", [0, 10, 50, 100, 500])
+@pytest.mark.parametrize("ended_by", ["pod-deleted", "scancel"])
+async def test_a_job_ended_right_after_it_started_holds_its_node_while_its_pod_exists(
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
+        scheduler: RunningScheduler, testbed: cluster.Testbed, after_ms: int,
+        ended_by: str) -> None:
+    """The job ends ``after_ms`` after its script said it started (its Pod bound, or about to
+    be, its started hook maybe still in flight): while the Pod object exists (held by a
+    finalizer), the job stays COMPLETING and Slurm gives its node to nobody else."""
+    await quiet(slurm, testbed)
+    newest = await _newest_job(slurm)
+    manifest = pod_manifest("early", namespace, scheduler.name, cpu="32")
+    manifest["metadata"]["finalizers"] = [HOLD]
+    await create(kube, manifest)
+    job_id, node = await _started_job(slurm, namespace, "early", newest)
+    await asyncio.sleep(after_ms / 1000)
+    if ended_by == "scancel":
+        await slurm.delete(f"/slurm/v0.0.42/job/{job_id}")
+    else:
+        await delete(kube, namespace, "early")
+
+    async def cancelled() -> bool:
+        return "CANCELLED" in (await job(slurm, job_id))["job_state"]
+
+    await eventually(cancelled, within=15)
+    waiting = testbed.slurm("sbatch", "--parsable", f"--nodelist={node}", "--exclusive",
+                            "--chdir=/tmp", "--output=/dev/null", "--wrap=sleep 300").strip()
+    try:
+        held_until = time.monotonic() + 3
+        while time.monotonic() < held_until:  # not one look: the job must not end meanwhile
+            assert await get_pod(kube, namespace, "early") is not None
+            state = (await job(slurm, job_id))["job_state"]
+            assert "COMPLETING" in state, f"job {job_id} let go of {node} while its Pod exists"
+            assert (await job(slurm, waiting))["job_state"] == ["PENDING"]
+            await asyncio.sleep(0.25)
+        await release(kube, namespace, "early")
+
+        async def next_job_runs() -> bool:
+            return bool((await job(slurm, waiting))["job_state"] == ["RUNNING"])
+
+        await eventually(next_job_runs, within=15)
+        assert await get_pod(kube, namespace, "early") is None
+    finally:
+        testbed.slurm("scancel", waiting)
+        if await get_pod(kube, namespace, "early") is not None:  # a failed assertion's
+            await release(kube, namespace, "early")
+
+
 @pytest.mark.parametrize("user", [None, "1001"], ids=["as-root", "as-a-pod-user"])
 async def test_scancel_deletes_the_pod_quickly_and_the_job_ends_before_kill_wait(
         kube: Client, slurm: httpx.AsyncClient, namespace: str,
