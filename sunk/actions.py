@@ -89,6 +89,18 @@ class Refit:
 
 
 @dataclass(frozen=True)
+class ReportNotCounted:
+    """Slurm chose ``slurm_node`` for a job, but Pods Slurm does not count take the room on
+    its Node (``k8s_node``): said on the Node, on those Pods, in a metric and on the
+    dashboard, since neither side alone shows why the two disagree."""
+
+    k8s_node: str
+    slurm_node: str
+    job_id: int
+    pods: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Replace:
     """The Pod's job was lost or failed to launch: it gets a new one (counted per lost job).
     Not ``counted``: sunk withdrew a gang's job because the gang changed before it started."""
@@ -107,7 +119,7 @@ class RetryLater:
 
 
 PodAction = (PodEvent | ReportIgnored | Annotate | Submit | Reject | Bind | CancelJob | DeletePod
-             | Replace | Refit | RetryLater)
+             | Replace | Refit | ReportNotCounted | RetryLater)
 
 # -- a node's lock and drain -------------------------------------------------------------------
 

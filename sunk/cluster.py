@@ -328,6 +328,17 @@ class Cluster:
         return locking.pod_on_node(pod, placed_by_sunk=placed,
                                    slurmd_selector=self.slurmd_selector).stays
 
+    def not_counted_by_slurm(self, node: str) -> list[str]:
+        """The Pods on Node ``node`` whose room Slurm does not know is taken (:mod:`sunk.fit`):
+        a Pod counts as Slurm's while a job of ours that names it has not ended."""
+        def counted(pod: kube.Obj) -> bool:
+            job_id = self.jobs.by_uid.get((pod.get("metadata") or {}).get("uid", ""))
+            job = self.jobs.get(job_id) if job_id is not None else None
+            return job is not None and not job.finished
+
+        return fit.not_counted_by_slurm(self.pods_on(node), staying=self._stays_beside_slurm,
+                                        reserved=self._reserved, counted=counted)
+
     def _reserved(self, pod: kube.Obj) -> bool:
         """What Slurm's node definition must leave room for: the slurmd Pod, DaemonSet Pods."""
         owners = (pod.get("metadata") or {}).get("ownerReferences") or []

@@ -112,6 +112,8 @@ class PodMemory:
     told_gang: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
     #: Gang id -> (its job, when that job was first seen started, monotonic seconds).
     gang_started: dict[str, tuple[int, float]] = field(default_factory=dict)
+    #: Node -> the Pods Slurm does not count last reported on it (told once while the same).
+    told_not_counted: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def forget(self, uid: str) -> None:
         self.refitted.pop(uid, None)
@@ -174,6 +176,8 @@ class Executor:
                     self.memory.refitted.setdefault(uid, set()).add(job_id)
                     metrics.REFITS.inc()
                     await self.cancel(job_id, kube.key(pod), why)
+                case do.ReportNotCounted():
+                    self._report_not_counted(action)
                 case do.Annotate(annotations, note):
                     await self.annotate_pod(pod, annotations)
                     if note:
@@ -190,6 +194,33 @@ class Executor:
                     await self._delete_pod(pod, record, why, reason)
                 case do.RetryLater(why, room):
                     raise RetryLater(why, room=room)
+
+    def _report_not_counted(self, report: do.ReportNotCounted) -> None:
+        """Pods Slurm does not count take the room where Slurm ran a job: said on the Node
+        and on each of those Pods once for as long as the same Pods do (a refused binding
+        repeats with every job Slurm runs there), and kept for the dashboard and the metric."""
+        pods = ", ".join(report.pods)
+        text = (f"Slurm ran job {report.job_id} on {report.slurm_node}, but Pods Slurm does "
+                f"not count take the room on Node {report.k8s_node}: {pods}")
+        metrics.child(metrics.NODE_PODS_NOT_COUNTED, report.k8s_node).set(len(report.pods))
+        self.cluster.state.not_counted[report.slurm_node] = text
+        if self.memory.told_not_counted.get(report.k8s_node) == report.pods:
+            return
+        self.memory.told_not_counted[report.k8s_node] = report.pods
+        log.warning("node %s: %s", report.k8s_node, text)
+        node = self.cluster.node(report.k8s_node)
+        if node is not None:
+            self.nodes.node_event(node, "PodsNotCountedBySlurm", f"{text}. The job was "
+                                  "cancelled; Slurm will keep placing jobs here until those Pods "
+                                  "go or Slurm's node definition leaves room for them.",
+                                  warning=True)
+        for key in report.pods:
+            pod = self.cluster.any_pod(key)
+            if pod is not None:
+                self.pod_event(pod, self.cluster.state.pods.get(key), "NotCountedBySlurm",
+                               f"this Pod takes room on Node {report.k8s_node} that Slurm does "
+                               f"not know is taken: Slurm ran job {report.job_id} there and "
+                               "its Pod could not be bound", warning=True)
 
     def pod_event(self, pod: kube.Obj, record: PodRecord | None, reason: str, message: str, *,
                   warning: bool = False) -> None:
@@ -472,6 +503,9 @@ class Executor:
                                                    watched=watched)
         record.bound_at = time.time()
         record.k8s_node = k8s_node
+        if self.cluster.state.not_counted.pop(slurm_node, None) is not None:
+            metrics.child(metrics.NODE_PODS_NOT_COUNTED, k8s_node).set(0)
+            self.memory.told_not_counted.pop(k8s_node, None)
         metrics.PODS_BOUND.inc()
         if record.time_to_bound is not None:
             metrics.BIND_LATENCY.observe(record.time_to_bound)

@@ -223,6 +223,17 @@ class NodeUsage:
             _add(self._reserved[node], wants, -1)
 
 
+def not_counted_by_slurm(pods: Iterable[Mapping[str, Any]], *, staying: Any, reserved: Any,
+                         counted: Any) -> list[str]:
+    """The Pods (``ns/name``) on a Node that take room Slurm does not know is taken: a node
+    lock leaves them in place (``staying``), Slurm's node definition sets no room aside for them
+    (not ``reserved``: the slurmd Pod, DaemonSet Pods), and no live job of Slurm's counts them
+    (not ``counted``). Where Slurm places a job in that room, its Pod cannot be bound."""
+    return sorted(f"{p['metadata'].get('namespace')}/{p['metadata'].get('name')}"
+                  for p in pods
+                  if holds_node(p) and staying(p) and not reserved(p) and not counted(p))
+
+
 def sum_requests(pods: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     total: dict[str, int] = {}
     for pod in pods:

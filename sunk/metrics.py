@@ -50,6 +50,10 @@ LOCK_TRANSITIONS = Counter("sunk_node_lock_transitions_total", "Node lock state 
 EVICTIONS = Counter("sunk_lock_evictions_total", "Evictions made to lock nodes", ["result"])
 REFITS = Counter("sunk_refits_total", "Jobs cancelled and resubmitted because Slurm chose a Node "
                  "without room for the Pod in Kubernetes' view")
+NODE_PODS_NOT_COUNTED = Gauge(
+    "sunk_node_pods_not_counted_by_slurm", "Pods on the Node taking room that Slurm does not "
+    "know is taken, as last seen when a Pod could not be bound where Slurm ran its job (0 once "
+    "a Pod is bound there again)", ["node"])
 NODE_CAPACITY_MISMATCH = Gauge(
     "sunk_node_capacity_mismatch", "What Slurm's node definition offers minus what Kubernetes "
     "leaves for Slurm (allocatable minus the slurmd and DaemonSet Pods' requests); 0 when they "

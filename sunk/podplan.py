@@ -37,6 +37,8 @@ class PodFacts:
     no_room: tuple[str, ...] = ()
     #: The Pod's job was cancelled because its Node had no room: it gets a new one.
     refitted: bool = False
+    #: Where the job's Node has no room: the Pods there that Slurm does not count.
+    not_counted: tuple[str, ...] = ()
 
 
 def plan_pod(facts: PodFacts) -> do.Plan:
@@ -89,6 +91,9 @@ def plan_pod(facts: PodFacts) -> do.Plan:
             first += [do.PodEvent("NoRoomOnNode", f"{why}. The job is cancelled and the Pod "
                                   "submitted again when a Node has room.", warning=True),
                       do.Refit(view.job_id, why)]
+            if facts.not_counted:
+                first.append(do.ReportNotCounted(facts.k8s_node, job.node, view.job_id,
+                                                 facts.not_counted))
         else:
             first.append(do.Bind(facts.k8s_node, job.node, view.job_id))
     elif step is Step.CANCEL_JOB and view.job_id is not None:

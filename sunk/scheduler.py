@@ -282,6 +282,7 @@ class Scheduler:
         k8s_node = self.cluster.index().to_k8s.get(job.node) if job is not None else None
         placing = (job is not None and k8s_node is not None and job.started
                    and not self.cluster.assumed.is_bound(pod))
+        no_room = tuple(self.cluster.room(pod, k8s_node)) if placing and k8s_node else ()
         return podplan.PodFacts(
             key=kube.key(pod),
             view=PodView(phase=(pod.get("status") or {}).get("phase", "Pending"),
@@ -292,8 +293,10 @@ class Scheduler:
             k8s_node=k8s_node,
             told_ignored=uid in memory.told_ignored,
             replaced=frozenset(memory.replaced.get(uid, ())),
-            no_room=tuple(self.cluster.room(pod, k8s_node)) if placing and k8s_node else (),
-            refitted=owned.job_id in memory.refitted.get(uid, ()))
+            no_room=no_room,
+            refitted=owned.job_id in memory.refitted.get(uid, ()),
+            not_counted=tuple(self.cluster.not_counted_by_slurm(k8s_node))
+            if no_room and k8s_node else ())
 
     async def _ownership(self, pod: kube.Obj) -> ownership.Ownership:
         """What the Pod's scheduler-owned annotations may be believed to say

@@ -147,6 +147,9 @@ class SchedulerState:
     slurm_nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Slurm node name -> how its definition disagrees with Kubernetes' room (if it does).
     capacity: dict[str, str] = field(default_factory=dict)
+    #: Slurm node name -> the Pods on its Node that Slurm does not count, as last seen when
+    #: a Pod could not be bound there (until a Pod is bound there again).
+    not_counted: dict[str, str] = field(default_factory=dict)
     #: Gang key (``namespace/source:name``) -> the gang; Pod key -> its gang's key.
     gangs: dict[str, GangRecord] = field(default_factory=dict)
     gang_of: dict[str, str] = field(default_factory=dict)

@@ -123,7 +123,8 @@ def nodes(scheduler: SchedulerView, *, state: str = "") -> NodeList:
             k8s_memory_mib=int(alloc.get("memory", 0) / 2**20),
             k8s_memory_requested_mib=int(requested.get("memory", 0) / 2**20),
             k8s_gpus=int(alloc.get(gpu, 0)), k8s_gpus_requested=int(requested.get(gpu, 0)),
-            size_mismatch=scheduler.state.capacity.get(name, ""))
+            size_mismatch=scheduler.state.capacity.get(name, ""),
+            not_counted=scheduler.state.not_counted.get(name, ""))
         if node_matches(row, state):
             rows.append(row)
     return NodeList(total=len(names), nodes=rows)

@@ -218,6 +218,9 @@ class NodeRow:
     k8s_gpus_requested: int = 0
     #: How Slurm's node definition disagrees with what Kubernetes leaves for Slurm ("": agree).
     size_mismatch: str = ""
+    #: Pods on the Node that take room Slurm does not know is taken, as last seen when a Pod
+    #: could not be bound there ("": none seen since a Pod was last bound there).
+    not_counted: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sunk import fit
 from sunk.fit import NodeUsage, allocatable, pod_requests, shortfall, sum_requests
 
 
@@ -200,3 +201,17 @@ def test_a_pod_leaving_a_node_says_room_was_freed_there() -> None:
     usage.observe("DELETED", pod(container(cpu="1"), node="n2", uid="b"))
     usage.observe("DELETED", pod(container(cpu="1"), uid="never-bound"))
     assert freed == ["n1", "n2"]
+
+
+def test_pods_not_counted_by_slurm_are_those_that_stay_take_room_and_no_job_counts() -> None:
+    def on_node(name: str, **meta: object) -> dict[str, object]:
+        return {"metadata": {"namespace": "ns", "name": name, **meta},
+                "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}}
+
+    pods = [on_node("stray"), on_node("counted"), on_node("daemon"), on_node("evicted"),
+            {**on_node("done"), "status": {"phase": "Succeeded"}}, on_node("also-stray")]
+    found = fit.not_counted_by_slurm(
+        pods, staying=lambda p: p["metadata"]["name"] != "evicted",
+        reserved=lambda p: p["metadata"]["name"] == "daemon",
+        counted=lambda p: p["metadata"]["name"] == "counted")
+    assert found == ["ns/also-stray", "ns/stray"]

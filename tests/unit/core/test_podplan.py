@@ -437,6 +437,14 @@ def test_a_node_without_room_is_not_bound_the_job_is_refitted() -> None:
         do.Refit(7, why)))
 
 
+def test_pods_slurm_does_not_count_are_reported_with_the_refit() -> None:
+    plan = plan_pod(PodFacts("ns/p", PodView(job_id=7), Ownership(job_id=7), RUNNING_STARTED,
+                             k8s_node="n1", no_room=("cpu: needs 1, 0 of 33 left",),
+                             not_counted=("ns/a", "ns/b")))
+    assert plan.actions[-1] == do.ReportNotCounted("n1", "h1", 7, ("ns/a", "ns/b"))
+    assert isinstance(plan.actions[-2], do.Refit)
+
+
 def test_a_refitted_job_is_replaced_without_counting_as_lost() -> None:
     running = PodFacts("ns/p", PodView(job_id=7), Ownership(job_id=7), RUNNING_STARTED,
                        k8s_node="n1", refitted=True, replaced=frozenset({1, 2, 3}))

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from sunk import metrics
 from sunk.executor import RetryLater
 from sunk.policy import PolicyStore
 from sunk.scheduler import Scheduler
@@ -490,6 +491,33 @@ async def test_a_pod_waiting_for_room_looks_again_as_soon_as_a_pod_leaves_a_node
         assert scheduler._waiting_for_room == set()
     finally:
         await stop(worker)
+
+
+async def test_pods_slurm_does_not_count_are_named_where_a_binding_is_refused(
+        loop: Loop) -> None:
+    """Slurm ran the job on slurm-1, whose Node is full of a Pod no live job of Slurm's counts
+    (its job was lost): the job is refitted, and the Node, the Pod taking the room, a metric
+    and the dashboard say why Slurm and Kubernetes disagree, once while the same Pods do."""
+    bed = loop.bed
+    stray = pod("ffff-0006", name="stray", node="node-a", requests={"cpu": "15", "memory": "1Gi"})
+    bed.any_pod(stray)
+    put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))  # asks for 2 of 1 left
+    bed.kube.routes[("GET", POD_PATH)] = answer(200, pod(annotations=owned(41)))
+    for job_id in (41, 42):  # the next job Slurm runs there: told again only if Pods change
+        bed.cluster.jobs.learn(job(job_id, state="RUNNING", nodes="slurm-1", started=True))
+        bed.slurm.routes[("POST", SUBMIT)] = answer(200, {"job_id": job_id + 1})
+        await loop.scheduler.reconcile("ns/p")
+        await bed.settle()
+    assert bed.kube.calls("POST", f"{POD_PATH}/binding") == []
+    assert bed.slurm.paths("DELETE") == [f"{SLURM}/job/41", f"{SLURM}/job/42"]
+    told = [(e["reason"], e["involvedObject"]["kind"], e["involvedObject"]["name"])
+            for e in bed.events() if "Counted" in e["reason"]]
+    assert told == [("PodsNotCountedBySlurm", "Node", "node-a"),
+                    ("NotCountedBySlurm", "Pod", "stray")]
+    (on_node,) = [e for e in bed.events() if e["reason"] == "PodsNotCountedBySlurm"]
+    assert "ns/stray" in on_node["message"] and "job 41" in on_node["message"]
+    assert "ns/stray" in bed.cluster.state.not_counted["slurm-1"]
+    assert metrics.child(metrics.NODE_PODS_NOT_COUNTED, "node-a")._value.get() == 1
 
 
 def counted(scheduler: Scheduler, gate: asyncio.Event | None = None) -> list[str]:

@@ -103,6 +103,19 @@ async def test_nodes_page_shows_lock_taint_and_drain(client: Client) -> None:
     assert re.findall(r'data-node="([^"]+)"', r.text) == ["a100-001", "h100-002"]
 
 
+async def test_nodes_page_says_which_pods_slurm_does_not_count(
+        client: Client, scheduler: StaticScheduler) -> None:
+    assert "Pods not counted by Slurm" not in (await client.get("/nodes")).text
+    scheduler.state.not_counted["h100-000"] = (
+        "Slurm ran job 332 on h100-000, but Pods Slurm does not count take the room on Node "
+        "node-0: team-a/stray")
+    r = await client.get("/nodes")
+    assert 'data-note-for="h100-000"' in r.text and "team-a/stray" in r.text
+    (row,) = [n for n in (await client.get("/api/v1/nodes")).json()["nodes"]
+              if n["slurm_node"] == "h100-000"]
+    assert "team-a/stray" in row["not_counted"]
+
+
 async def test_policies_page_shows_a_failed_reload(client: Client,
                                                    scheduler: StaticScheduler) -> None:
     assert "reload failed" not in (await client.get("/policies")).text
