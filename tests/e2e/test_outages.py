@@ -187,3 +187,65 @@ async def test_pods_are_scheduled_while_slurmdbd_is_down(
 
     assert await eventually(recorded, within=60) == f"pod:{namespace}/no-dbd|low"
     assert scheduler.process.poll() is None
+
+
+async def _bound_without_one_running_job(kube: Client, slurm: httpx.AsyncClient,
+                                         namespace: str) -> list[str]:
+    """The bound Pods of ``namespace`` that have not exactly one running job of theirs on
+    their own Node, each with what it has (empty: every bound Pod has its one job)."""
+    pods = await kube_list(kube, "pods", namespace=namespace)
+    slurmd = {p["spec"].get("hostname"): p["spec"].get("nodeName")
+              for p in await kube_list(kube, "pods", namespace="slurm")}
+    listed = (await slurm.get("/slurm/v0.0.42/jobs/")).json()["jobs"]
+    wrong = []
+    for pod in pods:
+        uid, node = pod["metadata"]["uid"], pod["spec"].get("nodeName")
+        if not node or pod["metadata"].get("deletionTimestamp"):
+            continue
+        running = [j for j in listed if f"uid={uid} " in (j.get("extra") or "")
+                   and j["job_state"][0] == "RUNNING"]
+        if len(running) != 1 or slurmd.get(running[0]["nodes"]) != node:
+            wrong.append(f"{pod['metadata']['name']} on {node}: "
+                         f"{[(j['job_id'], j['nodes']) for j in running]}")
+    return wrong
+
+
+async def test_a_slurmctld_crash_right_after_bindings_leaves_no_bound_pod_without_its_job(
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
+        scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
+    """slurmctld killed within its save delay of Pods being bound comes back without their
+    jobs, and gives their ids to the jobs of Pods created meanwhile. A bound Pod whose job is
+    gone is deleted (SlurmJobLost): none stays bound on a node Slurm no longer counts it on,
+    and every bound Pod has exactly one running job, on its own Node."""
+    await quiet(slurm, testbed)
+    first = [f"before-{i}" for i in range(BURST // 2)]
+    for name in first:
+        await create(kube, pod_manifest(name, namespace, scheduler.name, cpu="4"))
+    for name in first:
+        await wait_bound(kube, namespace, name, within=60)
+    cluster.kill_part(testbed, "slurmctld", signal.SIGKILL)  # well within SAVE_MAX_WAIT
+    try:
+        for i in range(BURST // 2):  # their jobs get the ids Slurm lost
+            await create(kube, pod_manifest(f"after-{i}", namespace, scheduler.name, cpu="4"))
+        await asyncio.sleep(2)
+    finally:
+        cluster.start_part(testbed, "slurmctld")
+
+    async def every_bound_pod_has_its_job() -> bool:
+        wrong = await _bound_without_one_running_job(kube, slurm, namespace)
+        return not wrong and len([p for p in await kube_list(kube, "pods", namespace=namespace)
+                                  if p["spec"].get("nodeName")]) >= BURST // 2
+
+    try:
+        await eventually(every_bound_pod_has_its_job, within=90)
+    except TimeoutError:
+        wrong = await _bound_without_one_running_job(kube, slurm, namespace)
+        raise AssertionError(f"bound Pods without exactly one running job: {wrong}") from None
+    for _ in range(6):  # and it stays so (a Pod left without its job would show by now)
+        assert await _bound_without_one_running_job(kube, slurm, namespace) == []
+        await asyncio.sleep(0.5)
+    lost = [e for e in await kube_list(kube, "events", namespace=namespace)
+            if e.get("reason") == "SlurmJobLost"]
+    for event in lost:
+        assert "scheduled from scratch" not in event["message"]
+    print(f"{len(lost)} SlurmJobLost Events: {[e['message'] for e in lost]}")
