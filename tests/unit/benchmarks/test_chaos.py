@@ -1,0 +1,62 @@
+"""The soak's plan (the same seed, the same work and faults) and its invariant checker, on
+plain looks at both sides: a checker that cannot fail proves nothing."""
+
+from __future__ import annotations
+
+from benchmarks.chaos import FAULTS, plan
+from benchmarks.invariants import JobLook, PodLook, Tracker, violations
+
+HOSTS = {"h100-000": "kwok-node-000", "h100-001": "kwok-node-001"}
+GRACES = {"bound-pod-has-one-job": 45.0, "no-job-without-pod": 60.0}
+
+
+def test_a_seed_gives_one_plan_with_the_slurmctld_crashes_asked_for() -> None:
+    first, again = plan(7, 12, slurmctld_crashes=5), plan(7, 12, slurmctld_crashes=5)
+    assert first == again and first != plan(8, 12, slurmctld_crashes=5)
+    parts = [part for _, part, _ in first.faults]
+    assert parts.count("slurmctld") >= 5 and set(parts) <= set(FAULTS)
+    assert len(parts) >= 12, "about one a minute"
+    times = [at for at, _, _ in first.faults]
+    assert times == sorted(times) and 0 < times[0] and times[-1] < 12 * 60
+    assert 600 < len(first.creates) < 850, "about one Pod a second"
+    assert all(5 <= lifetime <= 90 for *_, lifetime in first.creates)
+
+
+def test_a_bound_pod_with_its_one_running_job_on_its_node_holds() -> None:
+    pods = [PodLook("a", "u1", "kwok-node-000"), PodLook("waiting", "u2")]
+    jobs = [JobLook(1, "RUNNING", "u1", "h100-000"), JobLook(2, "PENDING", "u2"),
+            JobLook(3, "CANCELLED", "u1", "h100-001")]
+    assert violations(pods, jobs, HOSTS) == []
+
+
+def test_a_bound_pod_without_its_job_or_with_two_or_elsewhere_is_a_violation() -> None:
+    pods = [PodLook("lost", "u1", "kwok-node-000"), PodLook("twice", "u2", "kwok-node-000"),
+            PodLook("moved", "u3", "kwok-node-000"), PodLook("going", "u4", "kwok-node-000",
+                                                              deleting=True)]
+    jobs = [JobLook(2, "RUNNING", "u2", "h100-000"), JobLook(3, "RUNNING", "u2", "h100-001"),
+            JobLook(4, "RUNNING", "u3", "h100-001"), JobLook(5, "RUNNING", "u4", "h100-000"),
+            JobLook(6, "RUNNING", "someone-else", "h100-000")]
+    found = {(v.invariant, v.subject) for v in violations(pods, jobs, HOSTS)}
+    assert found == {("bound-pod-has-one-job", "lost"), ("bound-pod-has-one-job", "twice"),
+                     ("bound-pod-has-one-job", "moved"),
+                     ("no-job-without-pod", "job 6")}
+
+
+def test_a_job_still_completing_for_a_pod_that_is_gone_counts_as_left_behind() -> None:
+    jobs = [JobLook(7, "CANCELLED", "gone", "h100-000", completing=True),
+            JobLook(8, "PENDING", "gone-too")]  # pending holds no node: the scheduler's GC
+    (found,) = violations([], jobs, HOSTS)
+    assert (found.invariant, found.subject) == ("no-job-without-pod", "job 7")
+
+
+def test_a_violation_counts_only_once_it_lasts_past_its_grace() -> None:
+    tracker = Tracker(GRACES)
+    lost = violations([PodLook("lost", "u1", "kwok-node-000")], [], HOSTS)
+    assert tracker.look(0.0, lost) == [] and tracker.look(30.0, lost) == []
+    assert tracker.look(31.0, []) == [], "it passed: forgotten"
+    assert tracker.look(40.0, lost) == [] and tracker.look(84.0, lost) == []
+    (reported,) = tracker.look(85.0, lost)
+    assert reported["since"] == 40.0 and reported["lasted"] == 45.0
+    assert tracker.look(90.0, lost) == [], "reported once"
+    assert tracker.reported == [reported]
+    assert [v["subject"] for v in tracker.lasting(90.0)] == ["lost"]
