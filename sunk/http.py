@@ -272,6 +272,15 @@ class _Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
 
+    def abort(self) -> None:
+        """Close at once, without TLS's farewell: a TLS connection's ``close`` waits for the
+        server's answer to its close_notify on the loop, and a loop that ends first (a test
+        session's, a process stopping) leaves its socket open, for the garbage collector to
+        find (a ResourceWarning)."""
+        self.closed = True
+        if self._transport is not None:
+            self._transport.abort()
+
     def _fail(self, exc: Exception) -> None:
         answer = self._answer
         self._settled()
@@ -459,7 +468,7 @@ class ConnectionPool:
 
     async def aclose(self) -> None:
         for connection in self._open:
-            connection.close()
+            connection.abort()
         self._open.clear()
         self._idle.clear()
         if self._sweep is not None:

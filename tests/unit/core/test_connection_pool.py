@@ -8,13 +8,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import ssl
 import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 from sunk import http
+from testbed import pki
 
 FAST = http.Timeout(read=5, connect=5)
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
@@ -472,3 +475,35 @@ async def test_an_informational_answer_is_passed_over_for_the_final_one() -> Non
                                      timeouts=FAST)
             assert (answer.status, answer.body) == (200, b"ok")
     assert server.connections == 1
+
+
+async def test_closing_the_pool_lets_go_of_its_tls_sockets_at_once(tmp_path: Path) -> None:
+    """Without waiting for the server's TLS farewell: a loop that ends right after (a test
+    session's, a stopping process) would otherwise leave the sockets to the garbage collector,
+    which warns (an error under pytest's warnings-as-errors)."""
+    pki.make_pki(tmp_path)
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(tmp_path / "apiserver.crt", tmp_path / "apiserver.key")
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(OK)
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            await reader.read()  # until the client goes
+        writer.close()
+
+    listener = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=served)
+    url = f"https://127.0.0.1:{listener.sockets[0].getsockname()[1]}"
+    trusted = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    try:
+        pool = http.ConnectionPool(url, verify=trusted)
+        await pool.call("GET", url + "/", headers={}, body=None, timeouts=FAST)
+        (connection,) = pool._open
+        raw = connection._transport.get_extra_info("socket")  # type: ignore[union-attr]
+        await pool.aclose()
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert raw.fileno() == -1, "the socket is closed, not left to a TLS goodbye"
+    finally:
+        listener.close()
+        await listener.wait_closed()
