@@ -28,6 +28,9 @@ PODS_BOUND = Counter("sunk_pods_bound_total", "Pods bound to a Node")
 PODS_REJECTED = Counter("sunk_pods_rejected_total", "Pods rejected by policy")
 PODS_DELETED = Counter("sunk_pods_deleted_total", "Pods deleted because their job ended")
 RECONCILE_ERRORS = Counter("sunk_reconcile_errors_total", "Reconciles that failed and were retried")
+INTERNAL_ERRORS = Counter("sunk_internal_errors_total", "Reconciles that failed on a fault of "
+                          "sunk's own (an unexpected exception, logged with its traceback): "
+                          "retried, never a rejection of the Pod")
 BIND_LATENCY = Histogram("sunk_pod_creation_to_bound_seconds",
                          "Time from a Pod's creation to its binding",
                          buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600))

@@ -137,8 +137,10 @@ def plan_submission(pod: Mapping[str, Any], admission: Decision, snapshot: place
         job = translate.job_description(pod, admission.mappings, snapshot, settings)
     except translate.Unschedulable as exc:
         return (*out, do.Reject(exc.reason, str(exc)))
-    except (ValueError, KeyError, TypeError) as exc:
+    except translate.InvalidPod as exc:
         return (*out, do.Reject("InvalidPod", str(exc)))
-    except LookupError as exc:  # no room, a cordoned or unmapped node: may change, so wait
+    except translate.NotYet as exc:  # no room, a cordoned or unmapped node: may change, so wait
         return (*out, do.RetryLater(str(exc), room=isinstance(exc, translate.NoRoom)))
+    # Anything else raised is a fault of sunk's, never the Pod's: it goes up to the worker,
+    # which logs it with its traceback, tells the Pod (InternalError) and retries.
     return (*out, do.Submit(job))

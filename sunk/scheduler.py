@@ -155,14 +155,30 @@ class Scheduler:
                     self._waiting_for_room.add(key)
                 metrics.RECONCILE_ERRORS.inc()
                 delay = self.queue.failed(key)
-                log.warning("pod %s: %s (retrying in %.1fs)", key, exc, delay,
-                            exc_info=not isinstance(exc, SlurmError | kube.KubeError
-                                                    | RetryLater))
+                ours = not isinstance(exc, SlurmError | kube.KubeError | RetryLater)
+                log.warning("pod %s: %s (retrying in %.1fs)", key, exc, delay, exc_info=ours)
+                if ours:
+                    self._internal_error(key, exc, delay)
                 self.queue.add_after(key, delay)
             else:
                 self.queue.forget(key)
             finally:
                 self.queue.done(key)
+
+    def _internal_error(self, key: str, exc: Exception, delay: float) -> None:
+        """A fault of sunk's while handling a Pod: counted, and told to the Pod (on the 1st,
+        2nd, 4th, 8th ... failure in a row) as ours, not the Pod's: it is retried, never
+        rejected."""
+        metrics.INTERNAL_ERRORS.inc()
+        failures = self.queue.failures(key)
+        pod = self.cluster.pod(key.split("#", 1)[0])
+        if pod is None or failures & (failures - 1):
+            return
+        self.executor.pod_event(
+            pod, self.cluster.state.pods.get(kube.key(pod)), "InternalError",
+            f"sunk failed while scheduling this Pod ({type(exc).__name__}: {exc}); the fault "
+            f"is sunk's, not the Pod's: retrying in {delay:.0f}s (failure {failures}). The "
+            "scheduler's log has the traceback.", warning=True)
 
     def _room_freed(self, node: str) -> None:
         """A Pod left ``node``: the Pods waiting for room look again now, not after their

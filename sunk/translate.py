@@ -32,8 +32,18 @@ OWNED_ANNOTATIONS = ("job-id", "rejected", "pod-uid", "lock", "slurm-state", "sl
                      "leader", "gang-rank", "gang-node")
 
 
-class NoRoom(LookupError):
+class NotYet(LookupError):
+    """What the Pod asks for may pass (a required node cordoned, not mapped yet): it waits."""
+
+
+class NoRoom(NotYet):
     """No Node has room for the Pod now: it waits (room frees up as Pods end)."""
+
+
+class InvalidPod(ValueError):
+    """The Pod itself cannot be made a job (a request that is not a quantity, an annotation's
+    mapping that is not what its field takes): refused, as ``InvalidPod``. Any other exception
+    from translating is a fault of sunk's, not the Pod's, and is retried."""
 
 
 class Unschedulable(ValueError):
@@ -78,12 +88,25 @@ def _gres(pod: Mapping[str, Any], gpus: int, snap: placement.Snapshot,
     return f"gres/gpu:{gpus}"
 
 
+def _whole_number(key: str, value: object) -> int:
+    """A number field's value from the policies' mappings (an annotation's, checked there)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise InvalidPod(f"{key}: {value!r} is not a whole number")
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidPod(f"{key}: {value!r} is not a whole number") from None
+
+
 def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
                     snap: placement.Snapshot, settings: TranslateSettings) -> dict[str, Any]:
     """The placeholder job for ``pod``."""
     meta = pod["metadata"]
     who = PodIdentity(meta["namespace"], meta["name"], meta["uid"], settings.scheduler_name)
-    requests = fit.pod_requests(pod)
+    try:
+        requests = fit.pod_requests(pod)
+    except ValueError as exc:
+        raise InvalidPod(str(exc)) from exc
     cpus = max(1, math.ceil(requests.get("cpu", 0) / 1000))  # millicores, rounded up
     memory_mib = max(1, math.ceil(requests.get("memory", 0) / 2**20))
     gpus = requests.get(settings.gpu_resource, 0)
@@ -117,7 +140,7 @@ def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
             job[key] = str(value)
     for key in _NUMBER_FIELDS:
         if (value := mappings.get(key)) is not None:
-            job[key] = {"set": True, "number": int(value)}
+            job[key] = {"set": True, "number": _whole_number(key, value)}
     if (shared := mappings.get("shared")) not in (None, ""):
         job["shared"] = [str(shared)]
     if (uid := mappings.get("user_id")) not in (None, ""):
@@ -142,7 +165,7 @@ def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
                        else placement.why_excluded(pod, snap, n)) for n in conflict}
         said = "; ".join(f"{n}: {why}" for n, why in reasons.items())
         if all(placement.passes(why) for why in reasons.values()):
-            raise LookupError(f"required node(s) not usable yet ({said}); waiting")
+            raise NotYet(f"required node(s) not usable yet ({said}); waiting")
         raise Unschedulable("PlacementConflict",
                             f"required node(s) excluded ({said}): Slurm would refuse the job "
                             "('Invalid node name specified'); change the Pod")

@@ -369,14 +369,16 @@ def test_a_bad_quantity_rejects_the_pod() -> None:
         do.Reject("InvalidPod", "cpu: invalid quantity 'lots'"),)
 
 
-def test_a_missing_field_rejects_the_pod() -> None:
-    assert submit(pod(uid=None)) == (do.Reject("InvalidPod", "'uid'"),)
+def test_a_field_the_api_server_always_gives_missing_is_ours_not_the_pods() -> None:
+    """No uid: a fault of sunk's (or of what fed it), never a permanent rejection."""
+    with pytest.raises(KeyError, match="uid"):
+        submit(pod(uid=None))
 
 
-def test_a_mapping_of_the_wrong_type_rejects_the_pod() -> None:
-    (action,) = submit(pod(), Decision(mappings={"priority": ["1"]}))
-    assert isinstance(action, do.Reject) and action.reason == "InvalidPod"
-    assert action.message.startswith("int() argument must be")
+@pytest.mark.parametrize("value", [["1"], "high", True, {"n": 1}])
+def test_a_mapping_of_the_wrong_type_rejects_the_pod(value: object) -> None:
+    (action,) = submit(pod(), Decision(mappings={"priority": value}))  # type: ignore[dict-item]
+    assert action == do.Reject("InvalidPod", f"priority: {value!r} is not a whole number")
 
 
 def test_a_required_node_that_is_cordoned_is_looked_at_again() -> None:
@@ -395,11 +397,9 @@ def test_a_retry_keeps_the_first_try_events_before_it() -> None:
 @pytest.mark.parametrize(("error", "expected"), [
     (translate.Unschedulable("TooBig", "no node has 99 GPUs"),
      do.Reject("TooBig", "no node has 99 GPUs")),
-    (ValueError("bad"), do.Reject("InvalidPod", "bad")),
-    (KeyError("metadata"), do.Reject("InvalidPod", "'metadata'")),
-    (TypeError("not a list"), do.Reject("InvalidPod", "not a list")),
-    (LookupError("node c1 is cordoned"), do.RetryLater("node c1 is cordoned")),
-    (IndexError("gone"), do.RetryLater("gone")),
+    (translate.InvalidPod("cpu: bad"), do.Reject("InvalidPod", "cpu: bad")),
+    (translate.NotYet("node c1 is cordoned"), do.RetryLater("node c1 is cordoned")),
+    (translate.NoRoom("no Node has room"), do.RetryLater("no Node has room", room=True)),
 ])
 def test_each_kind_of_translate_error(monkeypatch: pytest.MonkeyPatch, error: Exception,
                                       expected: do.PodAction) -> None:
@@ -416,12 +416,18 @@ def test_each_kind_of_translate_error(monkeypatch: pytest.MonkeyPatch, error: Ex
     assert seen == [(p, decision.mappings, SNAP, SETTINGS)]
 
 
-def test_any_other_error_is_not_swallowed(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("error", [RuntimeError("a bug"), ValueError("bad"),
+                                   KeyError("metadata"), TypeError("not a list"),
+                                   LookupError("node"), IndexError("gone")])
+def test_any_other_error_is_sunks_and_is_not_swallowed(monkeypatch: pytest.MonkeyPatch,
+                                                        error: Exception) -> None:
+    """A bug in translating is never turned into the Pod's permanent rejection: it goes up
+    to the worker (which tells the Pod it is sunk's fault, and retries)."""
     def fail(*args: object) -> dict[str, Any]:
-        raise RuntimeError("a bug")
+        raise error
 
     monkeypatch.setattr(translate, "job_description", fail)
-    with pytest.raises(RuntimeError, match="a bug"):
+    with pytest.raises(type(error)):
         submit(pod())
 
 

@@ -493,6 +493,37 @@ async def test_a_pod_waiting_for_room_looks_again_as_soon_as_a_pod_leaves_a_node
         await stop(worker)
 
 
+async def test_a_translation_that_raises_is_sunks_fault_told_and_retried_never_a_rejection(
+        loop: Loop, monkeypatch: pytest.MonkeyPatch) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    calls = []
+
+    def broken(*args: object) -> dict[str, Any]:
+        calls.append(args)
+        raise KeyError("a bug of ours")
+
+    monkeypatch.setattr("sunk.translate.job_description", broken)
+    put(bed.cluster.pod_informers[0], pod())
+    bed.kube.routes[("GET", POD_PATH)] = answer(200, pod())
+    scheduler.queue = WorkQueue(base_delay=0.01, max_delay=0.01)
+    before = metrics.INTERNAL_ERRORS._value.get()
+    worker = asyncio.create_task(scheduler._work())
+    try:
+        scheduler.queue.add("ns/p")
+        await until(lambda: scheduler.queue.failures("ns/p") >= 4)
+    finally:
+        await stop(worker)
+    await bed.settle()
+    assert len(calls) >= 4, "retried"
+    assert metrics.INTERNAL_ERRORS._value.get() - before >= 4
+    told = [e for e in bed.events() if e["reason"] == "InternalError"]
+    assert 3 <= len(told) < len(calls), "on the 1st, 2nd, 4th ... failure, not every one"
+    assert "the fault is sunk's, not the Pod's" in told[0]["message"]
+    assert "KeyError" in told[0]["message"]
+    assert bed.kube.calls("PATCH", POD_PATH) == [], "never marked rejected"
+    assert bed.slurm.calls("POST", SUBMIT) == []
+
+
 async def test_pods_slurm_does_not_count_are_named_where_a_binding_is_refused(
         loop: Loop) -> None:
     """Slurm ran the job on slurm-1, whose Node is full of a Pod no live job of Slurm's counts
