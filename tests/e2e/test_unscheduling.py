@@ -55,6 +55,18 @@ async def gone(kube: Client, namespace: str, name: str) -> bool:
     return await get_pod(kube, namespace, name) is None
 
 
+async def release_then_the_next_job_runs(kube: Client, slurm: httpx.AsyncClient,
+                                         namespace: str, name: str, waiting: str) -> None:
+    """Let the held Pod's object go: the job waiting for its node then runs, within seconds."""
+    await release(kube, namespace, name)
+
+    async def next_job_runs() -> bool:
+        return bool((await job(slurm, waiting))["job_state"] == ["RUNNING"])
+
+    await eventually(next_job_runs, within=15)
+    assert await get_pod(kube, namespace, name) is None
+
+
 async def test_deleting_a_running_pod_ends_its_job_and_frees_the_node_only_once_it_is_gone(
         kube: Client, slurm: httpx.AsyncClient, namespace: str,
         scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
@@ -74,13 +86,7 @@ async def test_deleting_a_running_pod_ends_its_job_and_frees_the_node_only_once_
         assert "COMPLETING" in (await job(slurm, job_id))["job_state"]
         assert "COMPLETING" in await node_state(slurm, node)
         assert (await job(slurm, waiting))["job_state"] == ["PENDING"]
-        await release(kube, namespace, "held")
-
-        async def next_job_runs() -> bool:
-            return bool((await job(slurm, waiting))["job_state"] == ["RUNNING"])
-
-        await eventually(next_job_runs, within=15)
-        assert await get_pod(kube, namespace, "held") is None
+        await release_then_the_next_job_runs(kube, slurm, namespace, "held", waiting)
     finally:
         testbed.slurm("scancel", waiting)
 
@@ -137,20 +143,14 @@ async def test_a_job_ended_right_after_it_started_holds_its_node_while_its_pod_e
     waiting = testbed.slurm("sbatch", "--parsable", f"--nodelist={node}", "--exclusive",
                             "--chdir=/tmp", "--output=/dev/null", "--wrap=sleep 300").strip()
     try:
-        held_until = time.monotonic() + 3
+        held_until = time.monotonic() + 2
         while time.monotonic() < held_until:  # not one look: the job must not end meanwhile
             assert await get_pod(kube, namespace, "early") is not None
             state = (await job(slurm, job_id))["job_state"]
             assert "COMPLETING" in state, f"job {job_id} let go of {node} while its Pod exists"
             assert (await job(slurm, waiting))["job_state"] == ["PENDING"]
             await asyncio.sleep(0.25)
-        await release(kube, namespace, "early")
-
-        async def next_job_runs() -> bool:
-            return bool((await job(slurm, waiting))["job_state"] == ["RUNNING"])
-
-        await eventually(next_job_runs, within=15)
-        assert await get_pod(kube, namespace, "early") is None
+        await release_then_the_next_job_runs(kube, slurm, namespace, "early", waiting)
     finally:
         testbed.slurm("scancel", waiting)
         if await get_pod(kube, namespace, "early") is not None:  # a failed assertion's

@@ -480,6 +480,12 @@ async def test_a_job_whose_id_slurm_gave_to_another_pod_is_told_to_let_go_not_re
     assert scheduler.calls == []
 
 
+def placeholder_of(uid: str) -> dict[str, str]:
+    """The headers a placeholder job of the Pod ``uid`` sends: its credential and its Pod."""
+    return {**bearer(HookKeys(lambda: (TOKEN,)).job_credential(job_owner(NAME, uid))),
+            "X-Sunk-Pod-Uid": uid}
+
+
 @pytest.fixture
 def job_10_unknown() -> Iterator[Scheduler]:
     """Job 10 is Pod uid-10's: Slurm has it, the job table does not (not yet learned, or
@@ -496,8 +502,7 @@ async def test_a_job_the_table_does_not_know_is_read_from_slurm_before_any_404(
     at that moment, is read from Slurm first, then answered as any job of ours."""
     scheduler = job_10_unknown
     app = create_hooks_app(scheduler, keys=keys(TOKEN))
-    own = {**bearer(HookKeys(lambda: (TOKEN,)).job_credential(job_owner(NAME, "uid-10"))),
-           "X-Sunk-Pod-Uid": "uid-10"}
+    own = placeholder_of("uid-10")
     async with hook_client(app) as client:
         r = await call(client, "POST", "terminating", 10, own)
         assert r.status_code == 200, r.text
@@ -513,8 +518,7 @@ async def test_slurm_not_answering_that_read_is_a_503_never_a_404(
     scheduler = job_10_unknown
     scheduler.slurm_down = True
     app = create_hooks_app(scheduler, keys=keys(TOKEN))
-    own = {**bearer(HookKeys(lambda: (TOKEN,)).job_credential(job_owner(NAME, "uid-10"))),
-           "X-Sunk-Pod-Uid": "uid-10"}
+    own = placeholder_of("uid-10")
     async with hook_client(app) as client:
         for method, hook in JOB_HOOKS:
             r = await call(client, method, hook, 10, own)
@@ -529,8 +533,7 @@ async def test_slurm_is_read_only_for_a_caller_that_proves_its_pod(
     make the scheduler read Slurm."""
     scheduler = job_10_unknown
     app = create_hooks_app(scheduler, keys=keys(TOKEN))
-    own = {**bearer(HookKeys(lambda: (TOKEN,)).job_credential(job_owner(NAME, "uid-10"))),
-           "X-Sunk-Pod-Uid": "uid-10"}
+    own = placeholder_of("uid-10")
     async with hook_client(app) as client:
         gone = await call(client, "POST", "terminating", 9, own)
         assert gone.status_code == 404
