@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import random
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,8 +57,10 @@ class Plan:
     faults: list[tuple[float, str, float]]  # (at, part, down for)
 
 
-def plan(seed: int, minutes: float, *, slurmctld_crashes: int) -> Plan:
-    """The work and the faults a seed gives (pure: the same seed, the same plan)."""
+def plan(seed: int, minutes: float, *, slurmctld_crashes: int,
+         parts: tuple[str, ...] = FAULTS) -> Plan:
+    """The work and the faults a seed gives (pure: the same seed, the same plan); faults only
+    of ``parts``."""
     rng = random.Random(seed)
     length = minutes * 60
     creates, at, n = [], 0.0, 0
@@ -66,12 +70,12 @@ def plan(seed: int, minutes: float, *, slurmctld_crashes: int) -> Plan:
         at += rng.expovariate(1.0)
         n += 1
     count = max(slurmctld_crashes, round(length / 55))
-    parts = [*(["slurmctld"] * slurmctld_crashes),
-             *(rng.choice(FAULTS) for _ in range(count - slurmctld_crashes))]
-    rng.shuffle(parts)
-    gap = length / (len(parts) + 1)
+    killed = [*(["slurmctld"] * slurmctld_crashes),
+              *(rng.choice(parts) for _ in range(count - slurmctld_crashes))]
+    rng.shuffle(killed)
+    gap = length / (len(killed) + 1)
     faults = [(round(gap * (i + 1) + rng.uniform(-gap / 3, gap / 3), 1), part,
-               round(rng.uniform(2, 30), 1)) for i, part in enumerate(parts)]
+               round(rng.uniform(2, 30), 1)) for i, part in enumerate(killed)]
     return Plan(creates, faults)
 
 
@@ -79,8 +83,10 @@ def plan(seed: int, minutes: float, *, slurmctld_crashes: int) -> Plan:
 class Soak:
     tb: cluster.Testbed
     scheduler: RunningScheduler
+    name: str
     kube: httpx.AsyncClient
     slurm: httpx.AsyncClient
+    namespace: str = NAMESPACE
     started: float = field(default_factory=time.monotonic)
     created: int = 0
     deleted: int = 0
@@ -102,12 +108,13 @@ class Soak:
 
     async def _create(self, name: str, cpus: int) -> bool:
         manifest = {"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": name, "namespace": NAMESPACE},
-                    "spec": {"schedulerName": NAME, "terminationGracePeriodSeconds": 1,
+                    "metadata": {"name": name, "namespace": self.namespace},
+                    "spec": {"schedulerName": self.name, "terminationGracePeriodSeconds": 1,
                              "containers": [{"name": "c", "image": "busybox", "resources": {
                                  "requests": {"cpu": str(cpus), "memory": "1Gi"}}}]}}
         try:
-            r = await self.kube.post(f"/api/v1/namespaces/{NAMESPACE}/pods", json=manifest)
+            r = await self.kube.post(f"/api/v1/namespaces/{self.namespace}/pods",
+                                     json=manifest)
         except httpx.HTTPError:
             return False  # the API server is down: this Pod is not made (the work goes on)
         self.created += r.status_code == 201
@@ -117,7 +124,7 @@ class Soak:
         await asyncio.sleep(lifetime)
         while True:
             try:
-                r = await self.kube.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
+                r = await self.kube.delete(f"/api/v1/namespaces/{self.namespace}/pods/{name}")
                 self.deleted += r.status_code == 200
                 return
             except httpx.HTTPError:
@@ -141,8 +148,8 @@ class Soak:
     def _restart_scheduler(self) -> None:
         """As a supervisor would: at once, and it must be ready within 30 s."""
         restarted = time.monotonic()
-        self.scheduler = start_scheduler(self.tb, name=NAME, hooks_port=self.tb.ports["hooks"],
-                                         log_name=NAME)
+        self.scheduler = start_scheduler(self.tb, name=self.name,
+                                         hooks_port=self.tb.ports["hooks"], log_name=self.name)
         self.scheduler_ready_after.append(round(time.monotonic() - restarted, 1))
 
     # -- the checker ---------------------------------------------------------------------------
@@ -150,7 +157,7 @@ class Soak:
         """Both sides, as they are now (None: one of them did not answer)."""
         try:
             pods_r, jobs_r, slurmd_r = await asyncio.gather(
-                self.kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods"),
+                self.kube.get(f"/api/v1/namespaces/{self.namespace}/pods"),
                 self.slurm.get("/slurm/v0.0.42/jobs/"),
                 self.kube.get("/api/v1/namespaces/slurm/pods"))
             if not (pods_r.is_success and jobs_r.is_success and slurmd_r.is_success):
@@ -167,7 +174,7 @@ class Soak:
         jobs = [JobLook(int(j["job_id"]), j["job_state"][0], _uid(j.get("extra") or ""),
                         str(j.get("nodes") or ""), "COMPLETING" in j["job_state"])
                 for j in jobs_body.get("jobs") or [] if j.get("name", "").startswith(
-                    f"pod:{NAMESPACE}/")]
+                    f"pod:{self.namespace}/")]
         host_of = {p["spec"].get("hostname", ""): p["spec"].get("nodeName", "")
                    for p in slurmd_r.json()["items"]}
         return pods, jobs, host_of
@@ -198,6 +205,15 @@ class Soak:
         return not pods and not busy and not tainted
 
 
+@contextlib.asynccontextmanager
+async def clients(tb: cluster.Testbed) -> AsyncIterator[tuple[httpx.AsyncClient,
+                                                              httpx.AsyncClient]]:
+    """The API server's and slurmrestd's clients a soak looks through."""
+    async with bed.kube_client(tb) as kube, httpx.AsyncClient(
+            base_url=tb.slurmrestd_url, headers=tb.slurm_headers(), timeout=30) as slurm:
+        yield kube, slurm
+
+
 def _uid(extra: str) -> str:
     for part in extra.split():
         if part.startswith("uid="):
@@ -205,14 +221,15 @@ def _uid(extra: str) -> str:
     return ""
 
 
-async def run(tb: cluster.Testbed, running: RunningScheduler, args: argparse.Namespace
-              ) -> dict[str, Any]:
-    the_plan = plan(args.seed, args.minutes, slurmctld_crashes=args.slurmctld_crashes)
-    async with bed.kube_client(tb) as kube, httpx.AsyncClient(
-            base_url=tb.slurmrestd_url, headers=tb.slurm_headers(), timeout=30) as slurm:
+async def soak(tb: cluster.Testbed, running: RunningScheduler, *, minutes: float, seed: int,
+               slurmctld_crashes: int, parts: tuple[str, ...] = FAULTS) -> dict[str, Any]:
+    """One soak with ``running`` (on the bed's hook port; restarted when a fault kills it,
+    and stopped at the end); its report."""
+    the_plan = plan(seed, minutes, slurmctld_crashes=slurmctld_crashes, parts=parts)
+    async with clients(tb) as (kube, slurm):
         await kube.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
                                                     "metadata": {"name": NAMESPACE}})
-        soak = Soak(tb, running, kube, slurm)
+        soak = Soak(tb, running, running.name, kube, slurm)
         tracker = invariants.Tracker({"bound-pod-has-one-job":
                                       invariants.INVARIANTS["bound-pod-has-one-job"][1],
                                       "no-job-without-pod": tb.kill_wait + KILL_WAIT_MARGIN})
@@ -231,19 +248,26 @@ async def run(tb: cluster.Testbed, running: RunningScheduler, args: argparse.Nam
         finally:
             stop.set()
             await checker
-            soak.scheduler.stop()
         lasting = tracker.lasting(soak.now())
     kinds: dict[str, int] = {}
     for fault in soak.faults:
         kinds[fault["part"]] = kinds.get(fault["part"], 0) + 1
-    return {"seed": args.seed, "minutes": args.minutes, "pods_created": soak.created,
+    return {"seed": seed, "minutes": minutes, "pods_created": soak.created,
             "pods_deleted_by_the_work": soak.deleted, "faults": len(soak.faults),
             "faults_by_part": kinds, "fault_log": soak.faults, "looks": soak.looks,
             "unreadable_looks": soak.unreadable_looks,
             "scheduler_ready_after_restart_s": soak.scheduler_ready_after,
             "invariants": {k: v[0] for k, v in invariants.INVARIANTS.items()},
             "violations": tracker.reported, "still_seen_at_end": lasting,
-            "settled": settled}
+            "settled": settled, "scheduler": soak.scheduler}
+
+
+async def run(tb: cluster.Testbed, running: RunningScheduler, args: argparse.Namespace
+              ) -> dict[str, Any]:
+    figures = await soak(tb, running, minutes=args.minutes, seed=args.seed,
+                         slurmctld_crashes=args.slurmctld_crashes)
+    figures.pop("scheduler").stop()  # the one running now (a fault may have replaced it)
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:
