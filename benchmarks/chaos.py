@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 
 from benchmarks import bed, invariants, results
+from benchmarks import report as report_module
 from benchmarks.invariants import JobLook, PodLook
 from sunk.placement import LOCK_TAINT
 from testbed import cluster
@@ -268,6 +269,35 @@ async def run(tb: cluster.Testbed, running: RunningScheduler, args: argparse.Nam
                          slurmctld_crashes=args.slurmctld_crashes)
     figures.pop("scheduler").stop()  # the one running now (a fault may have replaced it)
     return figures
+
+
+def render(rec: results.Record) -> str:
+    """The soak's record for docs/benchmarks.md: the work, the faults, each invariant and
+    what broke it."""
+    f = rec["figures"]
+    parts = ", ".join(f"{part} {n}" for part, n in sorted(f["faults_by_part"].items()))
+    restarts = f["scheduler_ready_after_restart_s"]
+    lines = [
+        f"- {f['minutes']:g} minutes, seed {f['seed']}: {f['pods_created']} Pods created, "
+        f"{f['faults']} faults ({parts})",
+        f"- {f['looks']} looks at both sides ({f['unreadable_looks']} while a part was "
+        "down and did not answer)",
+    ]
+    if restarts:
+        lines.append(f"- scheduler ready after its restarts: {', '.join(map(str, restarts))} s")
+    lines.append(f"- settled afterwards (no Pod, no job, no lock taint left): "
+                 f"{'yes' if f['settled'] else 'no'}")
+    lines += ["", "| invariant | violations |", "|---|---|"]
+    for name, words in f["invariants"].items():
+        broken = [v for v in f["violations"] + f["still_seen_at_end"]
+                  if v["invariant"] == name]
+        lines.append(f"| {words} | {len(broken) or 'none'} |")
+    for v in f["violations"] + f["still_seen_at_end"]:
+        lines.append(f"\n- at {v['since']} s, for {v['lasted']} s: {v['subject']}: {v['seen']}")
+    return "\n".join(lines)
+
+
+report_module.register("chaos", render)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,3 +60,21 @@ def test_a_violation_counts_only_once_it_lasts_past_its_grace() -> None:
     assert tracker.look(90.0, lost) == [], "reported once"
     assert tracker.reported == [reported]
     assert [v["subject"] for v in tracker.lasting(90.0)] == ["lost"]
+
+
+def test_the_record_renders_each_invariant_with_its_violations() -> None:
+    from benchmarks.chaos import render
+    from benchmarks.invariants import INVARIANTS
+
+    violation = {"invariant": "no-job-without-pod", "subject": "job 9", "since": 100.0,
+                 "lasted": 61.0, "seen": "RUNNING on h100-000; its Pod is gone"}
+    figures = {"minutes": 12, "seed": 7, "pods_created": 700, "faults": 13,
+               "faults_by_part": {"slurmctld": 5, "scheduler": 8}, "looks": 1400,
+               "unreadable_looks": 90, "scheduler_ready_after_restart_s": [3.1],
+               "settled": True, "invariants": {k: v[0] for k, v in INVARIANTS.items()},
+               "violations": [violation], "still_seen_at_end": []}
+    text = render({"figures": figures})  # type: ignore[typeddict-item]
+    assert "700 Pods created, 13 faults (scheduler 8, slurmctld 5)" in text
+    assert f"| {INVARIANTS['bound-pod-has-one-job'][0]} | none |" in text
+    assert f"| {INVARIANTS['no-job-without-pod'][0]} | 1 |" in text
+    assert "at 100.0 s, for 61.0 s: job 9: RUNNING on h100-000" in text
