@@ -274,7 +274,7 @@ class Executor:
         """Write ``annotations`` in the background, believed written from now on. For the job
         id after a submission: one worker handles a Pod at a time, so the Pod's binding waited
         behind this write, which an API server in a burst took seconds to answer while the job
-        had started (docs/benchmarks.md, stop 31). Tried again until written, or the Pod is
+        had started. Tried again until written, or the Pod is
         gone; a Pod's writes land in the order they were made. ``wait``: not before
         :data:`JOB_ID_WAIT`, unless hurried; a binding before then carries them."""
         uid = pod["metadata"]["uid"]

@@ -30,7 +30,7 @@ CHECK_SECONDS: Final = 1.0
 #: Objects allocated (and not yet freed) between two collections of the youngest generation;
 #: Python's default is 700. Decoding one watch event or one answer makes hundreds, nearly all
 #: freed by reference counting soon after: at 700 the collector walked them about 80 times in
-#: a saturated run of 400 Pods, 0.17 ms of CPU a Pod (docs/benchmarks.md).
+#: a saturated run of 400 Pods, 0.17 ms of CPU a Pod.
 YOUNG_COLLECTION_EVERY: Final = 10_000
 
 

@@ -5,7 +5,7 @@ slurmrestd's, :mod:`sunk.slurm.client`): a call goes out on a kept-open connecti
 The scheduler is CPU-bound on its calls (five or so per Pod). Measured against the test bed's
 API server, 8 calls at a time: 310 µs of CPU per call through httpx's request and response
 objects on aiohttp's connections, 145 µs through aiohttp alone, 75 µs on the pool's own
-connections, whose answers httptools parses (docs/benchmarks.md). Watches, and calls through a
+connections, whose answers httptools parses. Watches, and calls through a
 proxy, still go through aiohttp. Tests hand the clients an ``httpx.MockTransport``, which
 :class:`HttpxTransport` serves through the same interface.
 """

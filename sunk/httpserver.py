@@ -5,7 +5,7 @@ Two calls per Pod come to the hook API, each from curl on a connection of its ow
 placeholder job's script). Measured on such calls with a trivial handler, the server's CPU per
 call was about 265 µs with aiohttp.web and 195 µs with uvicorn, against 125 µs here (115 µs for
 the bare parser loop): the parser is the same C code, what is left out is the request and
-response objects around it (docs/benchmarks.md).
+response objects around it.
 
 What a caller who is no well-behaved client gets:
 

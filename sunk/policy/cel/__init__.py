@@ -6,7 +6,7 @@ pass-through parse-tree levels above every literal and name; ``typing`` subscrip
 ``cast(Tuple[List[Result], Result], ...)`` built at every node (hashing large Unions was 40% of
 the time); a ``functools.wraps`` wrapper built at every comparison, integer and macro call; a
 copy of every binding for each element a macro visits; a linear scan for ``key in map``.
-The default policies took 6 to 7 ms per Pod that way (see docs/benchmarks.md). So we
+The default policies took 6 to 7 ms per Pod that way. So we
 
 1. simplify each parse tree once (:mod:`~sunk.policy.cel.compiler`): drop pass-through nodes,
    fold literals, turn names, function calls, ``has()`` and macros into nodes that need no
