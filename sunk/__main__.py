@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             await run(settings)
 
     try:
-        # uvloop: the scheduler is bound by the CPU cost of its HTTP calls; uvloop's event loop makes each one cheaper.
+        # uvloop: the scheduler is bound by the CPU cost of its HTTP calls; uvloop's event
+        # loop makes each one cheaper.
         uvloop.run(guarded())
     except PolicyLoadError as exc:
         print(f"sunk-scheduler: error: the policy set does not load:\n{exc}", file=sys.stderr)
