@@ -5,13 +5,12 @@ Pure functions over the scheduler's Slurm polls and informer caches.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, Final
 
 from sunk.fit import allocatable
 from sunk.locking import LOCK_KEY
-from sunk.slurm.text import gpu_count
+from sunk.slurm.text import expand_hostlist, gpu_count
 from sunk.slurm.text import number as _number
 from web.pods import FINISHED_PHASES
 from web.protocol import SchedulerView
@@ -19,29 +18,6 @@ from web.viewmodels import NodeList, NodeRow
 
 #: Slurm job states in which the job holds its node.
 _ACTIVE_JOB_STATES: Final = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED"})
-_RANGE: Final = re.compile(r"\[([^\]]+)\]")
-
-
-def expand_hostlist(text: str) -> list[str]:
-    """Slurm node names from a hostlist: ``a100-[001-003,007],h100-000`` -> five names."""
-    names: list[str] = []
-    for part in re.split(r",(?![^\[]*\])", text.strip()):
-        if not part:
-            continue
-        m = _RANGE.search(part)
-        if m is None:
-            names.append(part)
-            continue
-        head, tail = part[: m.start()], part[m.end():]
-        for item in m.group(1).split(","):
-            lo, _, hi = item.partition("-")
-            if not hi:
-                names.extend(expand_hostlist(head + lo + tail))
-                continue
-            width = len(lo)
-            for n in range(int(lo), int(hi) + 1):
-                names.extend(expand_hostlist(f"{head}{n:0{width}d}{tail}"))
-    return names
 
 
 def locks(scheduler: SchedulerView) -> dict[str, tuple[str, str]]:

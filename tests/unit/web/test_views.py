@@ -7,7 +7,7 @@ import datetime
 import pytest
 
 from sunk.slurm.job import Job
-from sunk.slurm.text import gpu_count
+from sunk.slurm.text import MAX_HOSTS, expand_hostlist, gpu_count
 from web import gangs, nodes, pods, policies
 from web.summary import kubernetes_health, summary
 from web.viewmodels import POD_STATES, IssueView, PolicyInfo, RuleView
@@ -24,7 +24,21 @@ from .sample import StaticScheduler, broken_policies, sample
     ("", []),
 ])
 def test_hostlists_expand_as_slurm_writes_them(text: str, names: list[str]) -> None:
-    assert nodes.expand_hostlist(text) == names
+    """As the dashboard reads a job's nodes (with the scheduler's own parser)."""
+    assert expand_hostlist(text) == names
+
+
+@pytest.mark.parametrize("hostile", ["h100-[000-999999999]", "h100-[a-b]", "h100-[0",
+                                     "[[1]]", "[]"])
+def test_a_job_node_list_slurm_never_writes_leaves_the_nodes_view_whole(hostile: str) -> None:
+    s = StaticScheduler()
+    s.add_node("h100-000", "node-0")
+    s.add_pod("ns", "p", created=0.0, job_id=7, job_state="RUNNING", slurm_node="h100-000")
+    for job in s.jobs.values():
+        job.nodes = hostile
+    (row,) = nodes.nodes(s).nodes
+    assert row.slurm_node == "h100-000"
+    assert len(expand_hostlist(hostile)) <= MAX_HOSTS
 
 
 @pytest.mark.parametrize(("gres", "count"), [
