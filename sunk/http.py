@@ -6,8 +6,8 @@ The scheduler is CPU-bound on its calls (five or so per Pod). Measured against t
 API server, 8 calls at a time: 310 µs of CPU per call through httpx's request and response
 objects on aiohttp's connections, 145 µs through aiohttp alone, 75 µs on the pool's own
 connections, whose answers httptools parses. Watches, and calls through a
-proxy, still go through aiohttp. Tests hand the clients an ``httpx.MockTransport``, which
-:class:`HttpxTransport` serves through the same interface.
+proxy, still go through aiohttp. Tests hand the clients a :class:`Transport` of their own
+(``tests/mock_http.py``: httpx's ``MockTransport`` behind this interface).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from urllib.parse import urlencode, urlsplit
 
 import aiohttp
 import httptools
-import httpx
 import yarl
 
 
@@ -70,7 +69,7 @@ class Streamed(Protocol):
 
 
 class Transport(Protocol):
-    """Where the clients' calls go: aiohttp's connections, or (in tests) an httpx transport."""
+    """Where the clients' calls go: the pool's connections, aiohttp's, or a test's own."""
 
     async def call(self, method: str, url: str, *, headers: Mapping[str, str],
                    body: bytes | None, timeouts: Timeout,
@@ -483,60 +482,3 @@ def _tls_context(verify: bool) -> ssl.SSLContext:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
-
-
-# -- tests: the same interface on an httpx transport (``httpx.MockTransport``) --------------
-
-def request(method: str, url: str, *, timeout: Timeout, headers: Mapping[str, str],
-            content: bytes | None = None, sni_hostname: str | None = None) -> httpx.Request:
-    """The httpx request a call makes (what a test's ``MockTransport`` is handed)."""
-    extensions: dict[str, object] = {"timeout": {
-        "connect": timeout.connect, "read": timeout.read, "write": timeout.read,
-        "pool": timeout.read}}
-    if sni_hostname:
-        extensions["sni_hostname"] = sni_hostname
-    return httpx.Request(method, url, headers=headers, content=content, extensions=extensions)
-
-
-class _HttpxStreamed:
-    def __init__(self, response: httpx.Response) -> None:
-        self._response = response
-        self.status = response.status_code
-
-    async def read(self) -> bytes:
-        return await self._response.aread()
-
-    def lines(self) -> AsyncIterator[str]:
-        return self._response.aiter_lines()
-
-
-class HttpxTransport:
-    """:class:`Transport` on an httpx transport."""
-
-    def __init__(self, transport: httpx.AsyncBaseTransport) -> None:
-        self.transport = transport
-
-    async def call(self, method: str, url: str, *, headers: Mapping[str, str],
-                   body: bytes | None, timeouts: Timeout,
-                   server_hostname: str | None = None) -> Answer:
-        sent = request(method, url, timeout=timeouts, headers=headers, content=body,
-                       sni_hostname=server_hostname)
-        response = await self.transport.handle_async_request(sent)
-        content = await response.aread()
-        return Answer(method, sent.url.path, response.status_code, response.reason_phrase,
-                      content)
-
-    @contextlib.asynccontextmanager
-    async def stream(self, method: str, url: str, *, headers: Mapping[str, str],
-                     timeouts: Timeout, server_hostname: str | None = None,
-                     ) -> AsyncIterator[Streamed]:
-        sent = request(method, url, timeout=timeouts, headers=headers,
-                       sni_hostname=server_hostname)
-        response = await self.transport.handle_async_request(sent)
-        try:
-            yield _HttpxStreamed(response)
-        finally:
-            await response.aclose()
-
-    async def aclose(self) -> None:
-        await self.transport.aclose()

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import aiohttp
-import httpx
 import kr8s.asyncio
 import msgspec
 
@@ -32,9 +31,8 @@ Params = Mapping[str, str]
 T = TypeVar("T")
 
 #: What the HTTP stack raises when the API server cannot be reached or drops the connection
-#: (aiohttp's errors and the OS's; httpx's from the transports tests use; TimeoutError is an
-#: OSError).
-UNREACHABLE = (httpx.HTTPError, OSError, aiohttp.ClientError)
+#: (aiohttp's errors and the OS's; TimeoutError is an OSError).
+UNREACHABLE = (OSError, aiohttp.ClientError)
 
 #: A call waits at most this long for an answer; the API server gives up on its own after 60 s
 #: (``--request-timeout``), so this only catches a connection that went silent.
@@ -162,10 +160,10 @@ class Client:
     service-account tokens rotate; kr8s did the same for us)."""
 
     def __init__(self, credentials: Credentials, *,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        #: Tests pass an ``httpx.MockTransport``; otherwise :class:`sunk.http.ConnectionPool`.
+                 transport: http.Transport | None = None) -> None:
+        #: Tests pass a transport of their own; otherwise :class:`sunk.http.ConnectionPool`.
         self.credentials = credentials
-        self._transport = http.HttpxTransport(transport) if transport is not None else None
+        self._transport = transport
         self._session: http.Transport | None = None
         #: Pools replaced by a re-authentication; a watch may still read from one.
         self._retired: list[http.Transport] = []

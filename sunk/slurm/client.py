@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import aiohttp
-import httpx
 import msgspec
 
 from sunk import http, metrics
@@ -137,14 +136,14 @@ class SlurmClient:
 
     def __init__(self, base_url: str, *, token: Callable[[], str], user: str = "root",
                  version: str = "v0.0.42", timeout: float = 30,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: http.Transport | None = None) -> None:
         self._token = token
         self._user = user
         self._base = base_url.rstrip("/") + f"/slurm/{version}"
         self._timeout = http.Timeout(read=timeout, connect=timeout)
         # kept-open connections of sunk.http's own: the scheduler is CPU-bound on its calls.
-        # Tests hand in an httpx transport.
-        self._http: http.Transport = (http.HttpxTransport(transport) if transport is not None
+        # Tests hand in a transport of their own.
+        self._http: http.Transport = (transport if transport is not None
                                       else http.ConnectionPool(base_url, connections=16))
 
     async def aclose(self) -> None:
@@ -163,7 +162,7 @@ class SlurmClient:
         try:
             return await self._http.call(method, self._base + path, headers=headers,
                                          body=content, timeouts=self._timeout)
-        except (httpx.HTTPError, OSError, aiohttp.ClientError) as exc:
+        except (OSError, aiohttp.ClientError) as exc:
             raise SlurmError(f"slurmrestd unreachable: {exc!r}") from exc
 
     @staticmethod

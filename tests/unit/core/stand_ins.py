@@ -24,6 +24,7 @@ from sunk.settings import Settings
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.job import STARTED, Job, PodIdentity, admin_comment, job_extra
 from sunk.slurmwatch import SlurmWatch
+from tests.mock_http import MockHttp
 from tests.unit.kube.fakes import FakeCredentials
 
 NAME = "sunk-test"
@@ -216,9 +217,9 @@ class Bed:
 @contextlib.asynccontextmanager
 async def bed(**settings: Any) -> AsyncIterator[Bed]:
     k8s, slurm = Server(), SlurmServer()
-    api = kube.Client(FakeCredentials(), transport=httpx.MockTransport(k8s))
+    api = kube.Client(FakeCredentials(), transport=MockHttp(k8s))
     client = SlurmClient("http://slurm.test", token=lambda: "jwt",
-                         transport=httpx.MockTransport(slurm))
+                         transport=MockHttp(slurm))
     config = Settings(**{"scheduler_name": NAME, "scope": "cluster", **settings})
     cluster = Cluster(config, api)
     watch = SlurmWatch(cluster, client)

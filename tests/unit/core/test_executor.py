@@ -25,6 +25,7 @@ from sunk.slurm.client import SlurmClient, SlurmError
 from sunk.slurm.job import Job, PodIdentity, account_and_qos, admin_comment, job_extra
 from sunk.slurmwatch import SlurmWatch
 from sunk.state import PodRecord
+from tests.mock_http import MockHttp
 from tests.unit.core.stand_ins import Server
 from tests.unit.kube.fakes import FakeCredentials
 
@@ -44,9 +45,9 @@ class Bed:
 @pytest.fixture
 async def bed() -> Any:
     k8s, slurm = Server(), Server()
-    api = kube.Client(FakeCredentials(), transport=httpx.MockTransport(k8s))
+    api = kube.Client(FakeCredentials(), transport=MockHttp(k8s))
     client = SlurmClient("http://slurm.test", token=lambda: "jwt",
-                         transport=httpx.MockTransport(slurm))
+                         transport=MockHttp(slurm))
     cluster = Cluster(Settings(scheduler_name=NAME, scope="cluster"), api)
     executor = Executor(cluster, KubeAPI(api, NAME), client, keys=HookKeys(lambda: ["s3cret"]),
                         learn=cluster.jobs.learn)
@@ -511,7 +512,7 @@ async def test_a_pods_writes_land_in_the_order_they_were_made(bed: Bed) -> None:
         order.append(value)
         return httpx.Response(200, json={"metadata": {"resourceVersion": str(len(order))}})
 
-    bed.executor.kube = KubeAPI(kube.Client(FakeCredentials(), transport=httpx.MockTransport(
+    bed.executor.kube = KubeAPI(kube.Client(FakeCredentials(), transport=MockHttp(
         patch)), NAME)
     bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"})
     await first_answered.wait()
@@ -541,7 +542,7 @@ async def test_at_most_a_workers_worth_of_background_writes_are_sent_at_once(
 
     bed.cluster.settings.workers = 3
     bed.executor = Executor(bed.cluster, KubeAPI(kube.Client(
-        FakeCredentials(), transport=httpx.MockTransport(slow_patch)), NAME), bed.executor.slurm,
+        FakeCredentials(), transport=MockHttp(slow_patch)), NAME), bed.executor.slurm,
         keys=HookKeys(lambda: ["s3cret"]), learn=bed.cluster.jobs.learn)
     bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = lambda r: httpx.Response(
         200, json={"job_id": 41})
@@ -710,7 +711,7 @@ def held_patches(bed: Bed) -> asyncio.Event:
             await answer.wait()
         return bed.kube(request)
 
-    bed.executor.kube = KubeAPI(kube.Client(FakeCredentials(), transport=httpx.MockTransport(
+    bed.executor.kube = KubeAPI(kube.Client(FakeCredentials(), transport=MockHttp(
         slow_patches)), NAME)
     return answer
 
@@ -807,7 +808,7 @@ async def test_a_job_id_waiting_for_a_slot_to_be_sent_is_still_carried(bed: Bed)
 
     bed.cluster.settings.workers = 1
     bed.executor = Executor(bed.cluster, KubeAPI(kube.Client(
-        FakeCredentials(), transport=httpx.MockTransport(slow_patches)), NAME),
+        FakeCredentials(), transport=MockHttp(slow_patches)), NAME),
         bed.executor.slurm, keys=HookKeys(lambda: ["s3cret"]), learn=bed.cluster.jobs.learn)
     add_node(bed)
     bed.executor.annotate_soon(pod("other"), {f"{PREFIX}job-id": "40"})  # holds the one slot

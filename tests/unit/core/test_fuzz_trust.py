@@ -19,6 +19,7 @@ from sunk.hooks import create_hooks_app
 from sunk.httpserver import Handler
 from sunk.locking import LockState
 from sunk.slurm.client import SlurmClient, SlurmError, _error_text
+from tests.mock_http import MockHttp
 from tests.unit.core.hookclient import Answer, hook_server, send_raw
 
 T = TypeVar("T")
@@ -357,7 +358,7 @@ async def test_slurm_answers_are_a_body_or_a_slurm_error(status: int, body: Any)
         return httpx.Response(status, content=json.dumps(body).encode())
 
     client = SlurmClient("http://slurm.invalid", token=lambda: "t",
-                         transport=httpx.MockTransport(answer))
+                         transport=MockHttp(answer))
     try:
         got = await client._call("GET", "/ping/", "GET /ping/")
     except SlurmError as exc:
@@ -382,7 +383,7 @@ async def test_odd_error_numbers_are_not_numbers() -> None:
         return httpx.Response(500, json=body)
 
     client = SlurmClient("http://slurm.invalid", token=lambda: "t",
-                         transport=httpx.MockTransport(answer))
+                         transport=MockHttp(answer))
     try:
         await client._call("POST", "/job/submit", "POST /job/submit")
     except SlurmError as exc:

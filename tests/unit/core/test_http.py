@@ -11,6 +11,8 @@ import pytest
 from sunk import http
 from sunk.kube.client import Client
 from sunk.slurm.client import SlurmClient
+from tests import mock_http
+from tests.mock_http import MockHttp
 from tests.unit.kube.fakes import FakeCredentials
 
 
@@ -29,13 +31,13 @@ def test_the_environment_names_the_proxy_unless_no_proxy_covers_the_host(
 
 
 def test_a_request_carries_its_timeout_and_tls_name() -> None:
-    request = http.request("GET", http.with_query("https://api.test/x", {"q": "1 2"}),
+    request = mock_http.request("GET", http.with_query("https://api.test/x", {"q": "1 2"}),
                            timeout=http.Timeout(read=7, connect=2), headers={"A": "b"},
                            sni_hostname="kube.local")
     assert request.extensions["timeout"] == {"connect": 2, "read": 7, "write": 7, "pool": 7}
     assert request.extensions["sni_hostname"] == "kube.local"
     assert str(request.url) == "https://api.test/x?q=1+2"
-    assert "sni_hostname" not in http.request("GET", "https://api.test/x",
+    assert "sni_hostname" not in mock_http.request("GET", "https://api.test/x",
                                               timeout=http.Timeout(read=1, connect=1),
                                               headers={}).extensions
 
@@ -44,7 +46,7 @@ async def test_the_answer_is_read_whole_and_knows_its_call() -> None:
     async def answer(request: httpx.Request) -> httpx.Response:
         return httpx.Response(404, content=b'{"a": 1}')
 
-    got = await http.HttpxTransport(httpx.MockTransport(answer)).call(
+    got = await MockHttp(answer).call(
         "GET", "https://api.test/x/y?z=1", headers={}, body=None,
         timeouts=http.Timeout(read=1, connect=1))
     assert (got.method, got.path, got.status, got.reason) == ("GET", "/x/y", 404, "Not Found")
@@ -81,7 +83,7 @@ async def test_the_api_server_path_follows_the_servers_own_path() -> None:
 
     credentials = FakeCredentials(server="https://rancher.test/k8s/clusters/c-1/",
                                   tls_server_name="kube.local")
-    client = Client(credentials, transport=httpx.MockTransport(answer))
+    client = Client(credentials, transport=MockHttp(answer))
     await client.request("PATCH", "pods/p", namespace="ns", json={"a": 1},
                          headers={"Content-Type": "application/merge-patch+json"})
     sent = seen[0]
@@ -101,7 +103,7 @@ async def test_slurmrestd_calls_go_under_the_versioned_prefix_with_the_token() -
         return httpx.Response(200, json={"job_id": 42})
 
     slurm = SlurmClient("http://slurm.test:6820/", token=lambda: "jwt",
-                        transport=httpx.MockTransport(answer))
+                        transport=MockHttp(answer))
     assert await slurm.submit({"name": "x"}) == 42
     assert str(seen[0].url) == "http://slurm.test:6820/slurm/v0.0.42/job/submit"
     assert seen[0].headers["x-slurm-user-token"] == "jwt"

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 
 from sunk import kube
+from tests.mock_http import MockHttp
 
 SERVER = "https://api.test:6443"
 
@@ -73,7 +74,7 @@ class FakeServer:
 
 
 def client(server: FakeServer, credentials: FakeCredentials | None = None) -> kube.Client:
-    return kube.Client(credentials or FakeCredentials(), transport=httpx.MockTransport(server))
+    return kube.Client(credentials or FakeCredentials(), transport=MockHttp(server))
 
 
 def status(code: int, message: str, reason: str = "") -> httpx.Response:

@@ -16,6 +16,7 @@ from sunk import settings as settings_module
 from sunk.settings import read_secret_file
 from sunk.slurm.client import SlurmClient, SlurmError
 from sunk.slurm.job import STARTED, PodIdentity, admin_comment, job_extra
+from tests.mock_http import MockHttp
 
 WHO = PodIdentity("ns", "p", "aaaa-0001", "sunk")
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -51,7 +52,7 @@ def rest() -> Slurmrestd:
 @pytest.fixture
 async def client(rest: Slurmrestd) -> AsyncIterator[SlurmClient]:
     c = SlurmClient("http://slurm.test:6820", token=lambda: "jwt-1", user="sunk",
-                    transport=httpx.MockTransport(rest))
+                    transport=MockHttp(rest))
     yield c
     await c.aclose()
 
@@ -275,7 +276,7 @@ async def test_every_call_sends_the_user_and_the_token(rest: Slurmrestd,
 async def test_the_token_is_asked_for_on_every_call(rest: Slurmrestd) -> None:
     tokens = iter(["jwt-1", "jwt-2"])
     client = SlurmClient("http://slurm.test", token=lambda: next(tokens), version="v0.0.41",
-                         transport=httpx.MockTransport(rest))
+                         transport=MockHttp(rest))
     try:
         await client.nodes()
         await client.nodes()
@@ -292,7 +293,7 @@ async def test_a_rotated_token_file_takes_effect_without_a_restart(
     path = tmp_path / "token"
     path.write_text("jwt-old\n")
     client = SlurmClient("http://slurm.test", token=lambda: read_secret_file(path),
-                         transport=httpx.MockTransport(rest))
+                         transport=MockHttp(rest))
     try:
         await client.nodes()
         path.write_text("jwt-new\n")
