@@ -72,7 +72,11 @@ on_term() {
 # the foreground ends).
 trap on_term TERM INT
 scontrol update jobid="$JOB" extra="${SUNK_JOB_EXTRA:?not set by sunk}: started" || {
-    log "could not mark the job started"
+    status=$?
+    # Killed (by Slurm's SIGTERM, which missed this shell): it may have written ": started",
+    # and the Pod may be bound already. The job is ending: the handshake runs.
+    [ "$status" -gt 128 ] && on_term
+    log "could not mark the job started (scontrol: $status)"
     exit 1
 }
 # The scheduler polls Slurm and would see it anyway; telling it binds the Pod sooner.
@@ -83,5 +87,9 @@ case "$answer" in
 esac
 sleep infinity &
 wait
-# `wait` returns when a trapped signal arrives; the trap does the rest.
-wait
+# `wait` returns when a trapped signal arrives, and the trap does the rest (it exits). Here
+# only if the sleep ended while this shell heard no signal: Slurm signals a job's processes one
+# by one, from a look at them, and this shell can be missed (seen: a job cancelled just after
+# it started, its sleep killed, the script ended 0 with no handshake and its node given away
+# while its Pod ran). The job is ending all the same: the handshake runs.
+on_term
