@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from sunk.slurm.job import Job
+from sunk.slurm.job import FINISHED_STATES, Job
 
 #: End states of a job that failed to launch (its node failed, or slurmd refused it): a Pod not
 #: yet bound loses nothing by getting a new job.
@@ -21,9 +19,6 @@ LAUNCH_FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "BOOT_FAIL"})
 #: requeued held; ``sunk.slurm.job.LAUNCH_FAILED_HELD``). Holds set by a person (JobHeldAdmin,
 #: JobHeldUser) are theirs to lift.
 FAILED_LAUNCH_HOLDS = frozenset({"launch_failed_requeued_held"})
-#: Slurm job states after which the job holds nothing.
-FINISHED_STATES = frozenset({"CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "PREEMPTED",
-                             "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
 #: Pod phases after which the Pod holds nothing: its job is released.
 ENDED_PHASES = frozenset({"Succeeded", "Failed"})
 

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from sunk.decide import FINISHED_STATES
+from sunk.slurm.job import FINISHED_STATES
 
 
 class Known(Protocol):

@@ -13,8 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sunk.decide import FINISHED_STATES
-
 _EXTRA = re.compile(r"^sunk-(?P<kind>pod|gang)=(?P<ns>[^/\s]+)/(?P<name>[^\s]+)"
                     r" uid=(?P<uid>[0-9a-fA-F-]+) scheduler=(?P<scheduler>[^\s:]+)"
                     r"(?: members=(?P<members>[0-9a-f]{12}(?:,[0-9a-f]{12})*))?(?=\s*$|:)")
@@ -32,6 +30,9 @@ SHOWN_FIELDS = (
 READ_FIELDS = (*SHOWN_FIELDS, "state_description", "admin_comment")
 #: What the placeholder appends to ``extra`` when its script starts.
 STARTED = ": started"
+#: Slurm job states after which the job holds nothing.
+FINISHED_STATES = frozenset({"CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "PREEMPTED",
+                             "NODE_FAIL", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
 
 
 def member_id(uid: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from sunk import actions as do
-from sunk.decide import FINISHED_STATES, JobView
+from sunk.decide import JobView
 from sunk.gang import Gang, Member
 from sunk.gangplan import (
     MAX_RESUBMITS,
@@ -19,7 +19,7 @@ from sunk.gangplan import (
     Step,
     plan_gang,
 )
-from sunk.slurm.job import LAUNCH_FAILED_HELD, member_id
+from sunk.slurm.job import FINISHED_STATES, LAUNCH_FAILED_HELD, member_id
 
 PREFIX = "sunk.coreweave.com/"
 RANK, NODE, JOB_ID = PREFIX + "gang-rank", PREFIX + "gang-node", PREFIX + "job-id"
