@@ -117,3 +117,9 @@ class KubeAPI:
 
     async def evict(self, namespace: str, name: str) -> bool:
         return await kube.evict(self.api, namespace, name)
+
+    async def pod_events(self, namespace: str, uid: str) -> list[Obj]:
+        """The Events of the Pod ``uid`` (for the dashboard); raises KubeError."""
+        body = await kube.request(self.api, "GET", "events", namespace=namespace,
+                                  params={"fieldSelector": f"involvedObject.uid={uid}"})
+        return list(body.get("items") or [])

@@ -34,10 +34,11 @@ class DashboardSource:
     a Pod's Events, the one call to the API server the dashboard makes, and the scheduler's
     own throughput and latency over the last hour (:meth:`record_trends` records them)."""
 
-    def __init__(self, cluster: Cluster, policies: PolicyStore,
+    def __init__(self, cluster: Cluster, policies: PolicyStore, kube_api: KubeAPI,
                  trends: TrendRecorder | None = None) -> None:
         self.cluster = cluster
         self.policies = policies
+        self.kube_api = kube_api
         self.trends = trends if trends is not None else TrendRecorder()
 
     async def record_trends(self) -> None:
@@ -74,11 +75,9 @@ class DashboardSource:
     async def pod_events(self, namespace: str, name: str, uid: str
                          ) -> list[dict[str, Any]] | str:
         try:
-            body = await kube.request(self.cluster.api, "GET", "events", namespace=namespace,
-                                      params={"fieldSelector": f"involvedObject.uid={uid}"})
+            return await self.kube_api.pod_events(namespace, uid)
         except kube.KubeError as exc:
             return str(exc)
-        return list(body.get("items") or [])
 
 
 @dataclass
@@ -101,10 +100,10 @@ def assemble(settings: Settings, api: kube.Client, slurm: SlurmClient,
     cluster = Cluster(settings, api)
     keys = HookKeys(settings.hook_tokens)
     watch = SlurmWatch(cluster, slurm)
-    executor = Executor(cluster, KubeAPI(api, settings.scheduler_name), slurm, keys=keys,
-                        learn=watch.learn)
+    kube_api = KubeAPI(api, settings.scheduler_name)
+    executor = Executor(cluster, kube_api, slurm, keys=keys, learn=watch.learn)
     scheduler = Scheduler(cluster, watch, executor, policies)
     hooks = HookAnswers(cluster, watch, executor, wake=scheduler.wake)
     syncer = Syncer(cluster, executor, slurm) if "syncer" in settings.components else None
     return Parts(cluster, watch, executor, scheduler, hooks, syncer,
-                 DashboardSource(cluster, policies))
+                 DashboardSource(cluster, policies, kube_api))

@@ -235,7 +235,7 @@ async def test_the_dashboards_source_records_its_trends_in_the_background() -> N
     from sunk.wiring import DashboardSource
 
     enough, r = counting(3)
-    source = DashboardSource(cast(Any, None), cast(Any, None), r)
+    source = DashboardSource(cast(Any, None), cast(Any, None), cast(Any, None), r)
     assert source.trends is r
     task = asyncio.create_task(source.record_trends())
     try:
