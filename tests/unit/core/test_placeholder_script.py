@@ -146,32 +146,28 @@ def test_a_job_ended_at_any_point_asks_for_its_pod_to_go_and_waits_for_it(
     assert [c.split("=", 1)[0] + ("=" if "=" in c else "") for c in handshake] == HANDSHAKE, calls
 
 
-def test_a_sleep_ended_while_the_shell_heard_no_signal_still_runs_the_handshake(
-        tmp_path: Path, jobs: list[Job]) -> None:
+@pytest.mark.parametrize("killed", ["sleep", "scontrol"])
+def test_a_child_killed_while_the_shell_heard_no_signal_still_runs_the_handshake(
+        tmp_path: Path, jobs: list[Job], killed: str) -> None:
     """Slurm signals a job's processes one by one, from a look at them: its SIGTERM can reach
-    the sleep and miss the shell. The script ended then, with 0 and no handshake, and Slurm
-    gave the node away while the Pod ran (a job cancelled just after it started)."""
-    job = Job(tmp_path)
+    a child and miss the shell. With its sleep killed, the script ended with 0 and no
+    handshake, and Slurm gave the node away while the Pod ran (a job cancelled just after it
+    started). A killed scontrol may have written ": started" already (the Pod may be bound):
+    not a failure to give up on, but a job ending."""
+    job = Job(tmp_path, **({"SCONTROL_SLOW": "5"} if killed == "scontrol" else {}))
     jobs.append(job)
-    job.holding()
-    (sleeping,) = [pid for pid in _group(job.process.pid)
-                   if _cmdline(pid) == ["sleep", "infinity"]]
-    os.kill(sleeping, signal.SIGTERM)
-    assert job.process.wait(timeout=20) == 0, "released the node once the Pod was gone"
-    handshake = [c.split("?", 1)[0] for c in job.calls() if "/terminating" in c or "/pod" in c]
-    assert handshake == ["POST /hooks/v1/jobs/7/terminating", "GET /hooks/v1/jobs/7/pod"]
+    if killed == "sleep":
+        job.holding()
+    else:
+        job.wait_for_call("scontrol update")
 
+    def is_it(pid: int) -> bool:
+        line = _cmdline(pid)
+        return (line == ["sleep", "infinity"] if killed == "sleep"
+                else any(part.endswith("/scontrol") for part in line))
 
-def test_a_scontrol_killed_while_the_shell_heard_no_signal_still_runs_the_handshake(
-        tmp_path: Path, jobs: list[Job]) -> None:
-    """Killed, it may have written ": started" already (the Pod may be bound): not a failure
-    to give up on, but a job ending."""
-    job = Job(tmp_path, SCONTROL_SLOW="5")
-    jobs.append(job)
-    job.wait_for_call("scontrol update")
-    (scontrol,) = [pid for pid in _group(job.process.pid)
-                   if any(part.endswith("/scontrol") for part in _cmdline(pid))]
-    os.kill(scontrol, signal.SIGTERM)
+    (child,) = [pid for pid in _group(job.process.pid) if is_it(pid)]
+    os.kill(child, signal.SIGTERM)
     assert job.process.wait(timeout=20) == 0, "released the node once the Pod was gone"
     handshake = [c.split("?", 1)[0] for c in job.calls() if "/terminating" in c or "/pod" in c]
     assert handshake == ["POST /hooks/v1/jobs/7/terminating", "GET /hooks/v1/jobs/7/pod"]
