@@ -32,6 +32,7 @@ query, then the call itself).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import re
@@ -209,32 +210,49 @@ def create_hooks_app(scheduler: HookScheduler, *, keys: HookKeys,
             raise _Answer(401, "missing or wrong hook credential")
         return presented
 
+    def admit(hook: str) -> None:
+        """A hook's work waits for room in the in-flight bound, and for the scheduler to have
+        adopted every job: before that, what it knows of a job proves nothing (429 or 503: the
+        caller retries)."""
+        if in_flight.full:
+            raise _refuse(hook, 429, "too many hook calls in flight; retry", retry_after=1)
+        if not scheduler.ready.is_set():
+            raise _refuse(hook, 503, "the scheduler is starting; retry", retry_after=2)
+
+    def admitted(hook: str) -> contextlib.AbstractContextManager[None]:
+        admit(hook)
+        return in_flight.working_on()
+
     async def authorize_job(hook: str, request: Request, presented: str, job_id: int) -> None:
         """The node secret may call for any job; a job credential only for its own Pod's.
 
-        A 404 tells a placeholder its job is not one of ours, and it lets its node go: said to
-        a placeholder that proves which Pod it is for (``X-Sunk-Pod-Uid``) only on Slurm's
-        word, read now, never on a job table that does not know the job (yet, or any more).
-        A placeholder whose job Slurm lost (a slurmctld crash) may find the id given to
-        another Pod's job: it is told the job is not one of ours any more (404), not
+        A 404 tells a placeholder its job is not one of ours, and it lets its node go: never
+        said while the scheduler is starting (its job table is not whole yet), and to a
+        placeholder that proves which Pod it is for (``X-Sunk-Pod-Uid``) only on Slurm's word,
+        read now. A placeholder whose job Slurm lost (a slurmctld crash) may find the id given
+        to another Pod's job: it is told the job is not one of ours any more (404), not
         refused."""
         if keys.is_node_secret(presented):
             return
+        admit(hook)
         owner = scheduler.job_owner(job_id)
+        if owner is not None and keys.is_job_credential(presented, owner):
+            return
         claimed = _header(request, "X-Sunk-Pod-Uid")[:64]
-        proven = claimed and keys.is_job_credential(
+        proven = bool(claimed) and keys.is_job_credential(
             presented, job_owner(scheduler.scheduler_name, claimed))
         if owner is None and proven:
             try:
-                await scheduler.read_job(job_id)
+                with admitted(hook):
+                    await scheduler.read_job(job_id)
             except HookRefused as refused:
                 raise _refuse(hook, refused.status, refused.detail,
                               refused.retry_after) from None
             owner = scheduler.job_owner(job_id)
+            if owner is not None and keys.is_job_credential(presented, owner):
+                return
         if owner is None:
             raise _refuse(hook, 404, f"no such job of this scheduler: {job_id}")
-        if keys.is_job_credential(presented, owner):
-            return
         if proven:
             raise _refuse(hook, 404, f"no such job of this scheduler for Pod uid {claimed}: "
                                      f"job {job_id} is another Pod's now (Slurm lost yours)")
@@ -243,12 +261,8 @@ def create_hooks_app(scheduler: HookScheduler, *, keys: HookKeys,
 
     async def answer(hook: str, call: Callable[[], Awaitable[T | None]], missing: str) -> T:
         """Run one hook's work within the in-flight bound; refusals become 4xx/503."""
-        if in_flight.full:
-            raise _refuse(hook, 429, "too many hook calls in flight; retry", retry_after=1)
-        if not scheduler.ready.is_set():
-            raise _refuse(hook, 503, "the scheduler is starting; retry", retry_after=2)
         try:
-            with in_flight.working_on():
+            with admitted(hook):
                 result = await call()
         except HookRefused as refused:
             raise _refuse(hook, refused.status, refused.detail, refused.retry_after) from None

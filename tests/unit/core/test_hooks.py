@@ -245,6 +245,22 @@ async def test_a_starting_scheduler_or_a_missing_syncer_says_retry() -> None:
     assert scheduler.calls == []
 
 
+async def test_a_starting_scheduler_tells_a_placeholder_to_retry_not_that_its_job_is_gone(
+        job_10_unknown: Scheduler) -> None:
+    """Restarted, the scheduler has not adopted its jobs yet: a job it does not know proves
+    nothing then, and a 404 would make the placeholder let its node go under its Pod."""
+    scheduler = job_10_unknown
+    scheduler.ready.clear()
+    app = create_hooks_app(scheduler, keys=keys(TOKEN))
+    async with hook_client(app) as client:
+        for headers in (placeholder_of("uid-10"), bearer(credential(7))):
+            for method, hook in JOB_HOOKS:
+                r = await call(client, method, hook, 10, headers)
+                assert r.status_code == 503, (hook, r.text)
+                assert r.headers["retry-after"] == "2"
+    assert scheduler.calls == [], "nothing read or answered before the jobs are adopted"
+
+
 async def test_rotation_keeps_old_credentials_and_the_old_node_secret_working() -> None:
     tokens = ["old"]
     scheduler = Scheduler()
