@@ -330,9 +330,11 @@ class Cluster:
 
     def not_counted_by_slurm(self, node: str) -> list[str]:
         """The Pods on Node ``node`` whose room Slurm does not know is taken (:mod:`sunk.fit`):
-        a Pod counts as Slurm's while a job of ours that names it has not ended."""
+        a Pod counts as Slurm's while a job of ours that names it (alone, or as a gang member)
+        has not ended."""
         def counted(pod: kube.Obj) -> bool:
-            job_id = self.jobs.by_uid.get((pod.get("metadata") or {}).get("uid", ""))
+            uid = (pod.get("metadata") or {}).get("uid", "")
+            job_id = self.jobs.by_uid.get(uid, self.jobs.member_of.get(member_id(uid)))
             job = self.jobs.get(job_id) if job_id is not None else None
             return job is not None and not job.finished
 

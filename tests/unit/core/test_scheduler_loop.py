@@ -18,11 +18,12 @@ from sunk import metrics
 from sunk.executor import RetryLater
 from sunk.policy import PolicyStore
 from sunk.scheduler import Scheduler
-from sunk.slurm.job import admin_comment, job_extra
+from sunk.slurm.job import PodIdentity, admin_comment, job_extra, member_id
 from sunk.workqueue import WorkQueue
 from tests.unit.core import stand_ins
 from tests.unit.core.stand_ins import (
     JOB_ID,
+    NAME,
     POD_UID,
     POLICIES,
     PREFIX,
@@ -532,6 +533,12 @@ async def test_pods_slurm_does_not_count_are_named_where_a_binding_is_refused(
     bed = loop.bed
     stray = pod("ffff-0006", name="stray", node="node-a", requests={"cpu": "15", "memory": "1Gi"})
     bed.any_pod(stray)
+    # a bound gang member whose gang's job runs: Slurm counts it (its room is the gang job's)
+    member = pod("eeeeeeee-eeee-0005", name="member", node="node-a",
+                 requests={"cpu": "1", "memory": "1"})
+    bed.any_pod(member)
+    gang = PodIdentity("ns", "label:g", "abcd" * 8, NAME, (member_id("eeeeeeee-eeee-0005"),))
+    bed.cluster.jobs.learn(job(30, gang, state="RUNNING", nodes="slurm-1", started=True))
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))  # asks for 2 of 1 left
     bed.kube.routes[("GET", POD_PATH)] = answer(200, pod(annotations=owned(41)))
     for job_id in (41, 42):  # the next job Slurm runs there: told again only if Pods change
