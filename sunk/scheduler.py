@@ -171,7 +171,7 @@ class Scheduler:
         rejected."""
         metrics.INTERNAL_ERRORS.inc()
         failures = self.queue.failures(key)
-        pod = self.cluster.pod(key.split("#", 1)[0])
+        pod = self.cluster.pod(key) if "#" not in key else None  # a deleted Pod's: none to tell
         if pod is None or failures & (failures - 1):
             return
         self.executor.pod_event(
