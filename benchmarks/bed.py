@@ -16,7 +16,7 @@ import httpx
 from aiohttp import web
 
 from benchmarks import results
-from sunk.placement import LOCK_TAINT
+from sunk.plans.placement import LOCK_TAINT
 from testbed import cluster, procs
 from testbed.errors import TestbedError
 from testbed.scheduler import RunningScheduler, start_scheduler

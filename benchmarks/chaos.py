@@ -35,7 +35,7 @@ import httpx
 from benchmarks import bed, invariants, results
 from benchmarks import report as report_module
 from benchmarks.invariants import JobLook, PodLook
-from sunk.placement import LOCK_TAINT
+from sunk.plans.placement import LOCK_TAINT
 from testbed import cluster
 from testbed.errors import TestbedError
 from testbed.scheduler import RunningScheduler, start_scheduler

@@ -82,7 +82,7 @@ async def _idle(running: RunningScheduler, quiet: float,
         running.process.send_signal(signal.SIGUSR1)
     await asyncio.sleep(quiet)
     used, polls1 = cpu_seconds(pid) - before, await scheduler_requests(running.url("metrics"))
-    if profile is not None:  # sunk.profiling: written to /tmp/sunk-scheduler-<pid>.prof
+    if profile is not None:  # sunk.runtime.profiling: written to /tmp/sunk-scheduler-<pid>.prof
         running.process.send_signal(signal.SIGUSR2)
         await asyncio.sleep(2)
         shutil.copy(f"/tmp/sunk-scheduler-{pid}.prof", profile)

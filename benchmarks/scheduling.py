@@ -264,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pods", type=int, default=400, help="saturate: Pods (and raw jobs)")
     p.add_argument("--profile", action="store_true",
                    help="saturate: profile the scheduler's CPU in the sunk phase "
-                        "(sunk.profiling; written to /tmp/sunk-scheduler-<pid>.prof); scale: "
+                        "(sunk.runtime.profiling; written to /tmp/sunk-scheduler-<pid>.prof); "
+                        "scale: "
                         "in each idle window (/tmp/sunk-scheduler-idle-<jobs>.prof)")
     p.add_argument("--rates", default="2,5,10", help="open-loop: per second")
     p.add_argument("--seconds", type=float, default=60, help="open-loop: per rate and phase")

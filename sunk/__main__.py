@@ -20,14 +20,16 @@ import signal
 import uvloop
 from pydantic import ValidationError
 
-from sunk import heap, kube, leader, metrics, policywatch
-from sunk.hooks import MAX_BODY, create_hooks_app
+from sunk import kube
+from sunk.hooks.routes import MAX_BODY, create_hooks_app
+from sunk.loops import leader, policywatch
 from sunk.policy import PolicyLoadError, PolicyStore
-from sunk.profiling import OnDemandProfiler
-from sunk.servers import metrics_app, probes_app, serve, serve_hooks
+from sunk.runtime import heap, metrics
+from sunk.runtime.profiling import OnDemandProfiler
+from sunk.runtime.servers import metrics_app, probes_app, serve, serve_hooks
+from sunk.runtime.supervise import report_loop_error
 from sunk.settings import Settings, from_args
 from sunk.slurm.client import SlurmClient
-from sunk.supervise import report_loop_error
 from sunk.wiring import Parts, assemble
 from web import create_app
 
@@ -121,7 +123,7 @@ async def run(settings: Settings) -> None:
             if built.syncer is not None:
                 tasks.create_task(built.syncer.run())
             tasks.create_task(serve_hooks(
-                create_hooks_app(built.hooks, keys=built.executor.keys, locks=built.syncer),
+                create_hooks_app(built.hooks, keys=built.keys, locks=built.syncer),
                 settings.hooks_api_bind_address, max_body=MAX_BODY))
             tasks.create_task(watch_policies())
             tasks.create_task(serve(create_app(built.dashboard, **settings.dashboard_auth()),

@@ -16,8 +16,6 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from sunk.hookauth import parse_tokens
-
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
 
@@ -58,6 +56,12 @@ def read_secret_file(path: Path) -> str:
     return text
 
 
+def parse_tokens(text: str) -> list[str]:
+    """The secret file's tokens: one per line, blank lines and ``#`` comments ignored."""
+    return [line.strip() for line in text.splitlines()
+            if line.strip() and not line.strip().startswith("#")]
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SUNK_", env_nested_delimiter="__",
                                       extra="ignore")
@@ -82,7 +86,7 @@ class Settings(BaseSettings):
     health_probe_bind_address: str = ":8081"
     dashboard_bind_address: str = "127.0.0.1:8082"
     #: The hook secret: root on the Slurm nodes holds it (the prolog presents it), and each
-    #: placeholder job gets a credential derived from it for its own Pod (sunk.hookauth). The
+    #: placeholder job gets a credential derived from it for its own Pod (sunk.hooks.auth). The
     #: file may hold several, one per line: the first is current, the rest still accepted
     #: (rotation without dropping running jobs).
     hooks_token: SecretStr | None = None

@@ -12,21 +12,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk import kube
-from sunk.cluster import Cluster
-from sunk.executor import Executor
-from sunk.hookanswers import HookAnswers
-from sunk.hookauth import HookKeys
+from sunk.apply.executor import Executor
+from sunk.apply.ports import KubeAPI
+from sunk.hooks.answers import HookAnswers
+from sunk.hooks.auth import HookKeys
+from sunk.loops.scheduler import Scheduler
+from sunk.loops.syncer import Syncer
+from sunk.model.cluster import Cluster
+from sunk.model.slurmwatch import SlurmWatch
+from sunk.model.state import SchedulerState
 from sunk.policy.loader import PolicyStore
-from sunk.ports import KubeAPI
-from sunk.scheduler import Scheduler
+from sunk.runtime.supervise import forever
+from sunk.runtime.trends import TrendRecorder, record
 from sunk.settings import Settings
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.job import Job
-from sunk.slurmwatch import SlurmWatch
-from sunk.state import SchedulerState
-from sunk.supervise import forever
-from sunk.syncer import Syncer
-from sunk.trends import TrendRecorder, record
 
 
 class DashboardSource:
@@ -85,6 +85,7 @@ class Parts:
     cluster: Cluster
     watch: SlurmWatch
     executor: Executor
+    keys: HookKeys
     scheduler: Scheduler
     hooks: HookAnswers
     syncer: Syncer | None
@@ -101,9 +102,10 @@ def assemble(settings: Settings, api: kube.Client, slurm: SlurmClient,
     keys = HookKeys(settings.hook_tokens)
     watch = SlurmWatch(cluster, slurm)
     kube_api = KubeAPI(api, settings.scheduler_name)
-    executor = Executor(cluster, kube_api, slurm, keys=keys, learn=watch.learn)
+    executor = Executor(cluster, kube_api, slurm,
+                        credential=keys.credentials_of(settings.scheduler_name), learn=watch.learn)
     scheduler = Scheduler(cluster, watch, executor, policies)
     hooks = HookAnswers(cluster, watch, executor, wake=scheduler.wake)
     syncer = Syncer(cluster, executor, slurm) if "syncer" in settings.components else None
-    return Parts(cluster, watch, executor, scheduler, hooks, syncer,
+    return Parts(cluster, watch, executor, keys, scheduler, hooks, syncer,
                  DashboardSource(cluster, policies, kube_api))

@@ -17,8 +17,9 @@ import os
 import sys
 from pathlib import Path
 
-from sunk import kube, topology
-from sunk.nodeindex import NodeIndex
+from sunk import kube
+from sunk.model.nodeindex import NodeIndex
+from sunk.plans import topology
 
 
 async def pairs(api: kube.Client, *, label: str, slurmd_namespace: str | None,

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import yaml
 
-from sunk.topology import BLOCK_LABEL
+from sunk.plans.topology import BLOCK_LABEL
 from testbed import accounting, build, pki, procs, slurmconf
 from testbed.build import say
 from testbed.errors import TestbedError

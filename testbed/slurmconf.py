@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sunk import topology
+from sunk.plans import topology
 from testbed.topology import NODE_CPUS, NODE_GPUS, NODE_MEMORY_MIB, TestbedNode
 
 #: Where things live inside the chroot. /run is a tmpfs mounted fresh by every `up`.

@@ -16,7 +16,7 @@ SLURMD_MEMORY_MIB = 1024
 SLURM_NAMESPACE = "slurm"
 NODESET = "compute"
 #: Nodes per block (rack, NVLink domain): node i is in block i // BLOCK_SIZE, told by the Node
-#: label sunk.topology.BLOCK_LABEL and, to Slurm, by topology.conf (topology/block).
+#: label sunk.plans.topology.BLOCK_LABEL and, to Slurm, by topology.conf (topology/block).
 BLOCK_SIZE = 4
 
 

@@ -1,16 +1,17 @@
 """Gangs in the scheduler's state -> the Gangs page, a gang's own page and their JSON.
 
-A gang is a group of Pods that becomes one multi-node Slurm job, all or nothing (``sunk.gang``).
+A gang is a group of Pods that becomes one multi-node Slurm job, all or nothing
+(``sunk.plans.gang``).
 Pure functions over the scheduler's gang records (``SchedulerState.gangs``, which
-``sunk.gangreconcile`` keeps) and its Slurm jobs: a page view costs no call to anything.
+``sunk.loops.gangreconcile`` keeps) and its Slurm jobs: a page view costs no call to anything.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from sunk.model.state import GangRecord
 from sunk.slurm.job import Job, account_and_qos
-from sunk.state import GangRecord
 from web.pods import slurm_job
 from web.protocol import SchedulerView
 from web.viewmodels import (

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from sunk.fit import allocatable
-from sunk.locking import LOCK_KEY
+from sunk.plans.fit import allocatable
+from sunk.plans.locking import LOCK_KEY
 from sunk.slurm.text import expand_hostlist, gpu_count
 from sunk.slurm.text import number as _number
 from web.pods import FINISHED_PHASES

@@ -12,8 +12,8 @@ import datetime
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from sunk.model.state import PodRecord
 from sunk.slurm.job import SHOWN_FIELDS, Job, account_and_qos, shown_fields
-from sunk.state import PodRecord
 from web.protocol import SchedulerView
 from web.viewmodels import (
     DEFAULT_LIMIT,

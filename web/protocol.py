@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from sunk.model.state import SchedulerState
 from sunk.policy.engine import PolicyEngine
 from sunk.policy.loader import PolicyStatus, RecentError
 from sunk.settings import Settings
 from sunk.slurm.job import Job
-from sunk.state import SchedulerState
 
 
 class Flag(Protocol):
@@ -47,7 +47,7 @@ class PolicySource(Protocol):
 
 
 class LatencyView(Protocol):
-    """``sunk.trends.Latency``: one histogram's observations within one interval (seconds;
+    """``sunk.runtime.trends.Latency``: one histogram's observations within one interval (seconds;
     ``p50`` and ``p99`` at bucket resolution; None when nothing was observed)."""
 
     @property
@@ -64,7 +64,8 @@ class LatencyView(Protocol):
 
 
 class TrendPointView(Protocol):
-    """``sunk.trends.TrendPoint``: what the scheduler did in the ``seconds`` up to ``at``."""
+    """``sunk.runtime.trends.TrendPoint``: what the scheduler did in the ``seconds`` up to
+    ``at``."""
 
     @property
     def at(self) -> float: ...
@@ -89,7 +90,7 @@ class TrendPointView(Protocol):
 
 
 class TrendsSource(Protocol):
-    """``sunk.trends.TrendRecorder``: a point every ``interval`` seconds, for the last
+    """``sunk.runtime.trends.TrendRecorder``: a point every ``interval`` seconds, for the last
     ``window`` seconds, oldest first."""
 
     @property
@@ -136,7 +137,7 @@ class SchedulerView(Protocol):
 
     def node_requests(self, node: str) -> Mapping[str, int]:
         """What the Pods bound to Kubernetes Node ``node`` request, counting only those a node
-        lock leaves in place (``sunk.fit.NodeUsage``; CPU in millicores, memory in bytes)."""
+        lock leaves in place (``sunk.plans.fit.NodeUsage``; CPU in millicores, memory in bytes)."""
         ...
 
     async def pod_events(self, namespace: str, name: str, uid: str

@@ -1,7 +1,7 @@
 """The scheduler's own throughput and latency over the last hour -> ``/api/v1/trends``, and
 the small plots in the header of every page (inline SVG drawn here, no script).
 
-The points come from :attr:`SchedulerView.trends` (``sunk.trends.TrendRecorder``): one every
+The points come from :attr:`SchedulerView.trends` (``sunk.runtime.trends.TrendRecorder``): one every
 10 s, each what changed in the scheduler's metrics over its interval.
 """
 

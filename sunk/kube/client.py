@@ -22,7 +22,8 @@ import aiohttp
 import kr8s.asyncio
 import msgspec
 
-from sunk import http, metrics
+from sunk import http
+from sunk.runtime import metrics
 
 log = logging.getLogger("sunk.kube")
 

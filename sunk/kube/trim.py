@@ -8,7 +8,7 @@ that was over 100 MB of the scheduler's memory, and every full garbage collectio
 The cache drops the fields listed here (a list of what is dropped, not of what is kept: a
 field Kubernetes adds later stays). Before reading a new field of a cached Pod, check that it
 is not dropped here. Policies are the exception: an operator's policy may read any field, so
-they are given the whole Pod (:meth:`sunk.cluster.Cluster.whole_pod`).
+they are given the whole Pod (:meth:`sunk.model.cluster.Cluster.whole_pod`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """slurmrestd: the only module that talks to Slurm.
 
 Calls are small and few on the hot path: one ``jobs/state`` listing per poll (ids and states
-only), and a job's full record only where it matters (:mod:`sunk.jobpoll`). The full listing,
+only), and a job's full record only where it matters (:mod:`sunk.model.jobpoll`). The full listing,
 ``GET /jobs/``, is read once, at start-up, to adopt jobs: its ``update_time`` filter returns
 every job as soon as any one changed, and a peer project that listed every job per Pod starved
 its scheduler.
@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 import aiohttp
 import msgspec
 
-from sunk import http, metrics
+from sunk import http
+from sunk.runtime import metrics
 from sunk.slurm.job import READ_FIELDS, Job
 from sunk.slurm.text import permanent_error
 

@@ -46,7 +46,7 @@ class PodIdentity:
     """Whose a placeholder job is: the Pod, and the scheduler (by name) that submitted it, so
     two sunk schedulers sharing one Slurm cluster never adopt or reap each other's jobs.
 
-    A gang's job (:mod:`sunk.gang`) names the gang instead: ``name`` is the gang's name (it
+    A gang's job (:mod:`sunk.plans.gang`) names the gang instead: ``name`` is the gang's name (it
     has a ``:``, which no Pod name has), ``uid`` the gang's id, and ``members`` its Pods'
     :func:`member_id` in rank order (rank r runs on the r-th node of the job)."""
 

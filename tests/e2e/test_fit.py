@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
-from sunk import fit
 from sunk.kube import Client
+from sunk.plans import fit
 from testbed import cluster
 from testbed.topology import NODE_CPUS, SLURMD_CPUS
 from tests.e2e.conftest import RunningScheduler

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from sunk.kube import Client, KubeError, connect
-from sunk.topology import BLOCK_LABEL
+from sunk.plans.topology import BLOCK_LABEL
 from testbed import cluster, pki
 from testbed.topology import BLOCK_SIZE, SLURM_NAMESPACE
 from tests.e2e.conftest import RunningScheduler

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from sunk.hookauth import HookKeys, job_owner
+from sunk.hooks.auth import HookKeys, job_owner
 from sunk.kube import Client
 from testbed import cluster
 from tests.e2e.conftest import RunningScheduler

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from sunk import kube, policywatch
+from sunk import kube
+from sunk.loops import policywatch
 from sunk.policy import PolicyLoadError, PolicyStore
 from tests.unit.policy.pods import pod
 

@@ -28,7 +28,7 @@ release namespace. */}}
 {{- if eq .Values.scheduler.scope.type "cluster" -}}true{{- end -}}
 {{- end -}}
 
-{{- define "sunk.syncer" -}}
+{{- define "sunk.loops.syncer" -}}
 {{- if has "syncer" .Values.scheduler.components -}}true{{- end -}}
 {{- end -}}
 

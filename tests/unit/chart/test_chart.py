@@ -18,9 +18,9 @@ import yaml
 from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
+from sunk.plans.translate import OWNED_ANNOTATIONS
 from sunk.policy.cel import compile_expression, new_activation, to_cel
 from sunk.settings import from_args
-from sunk.translate import OWNED_ANNOTATIONS
 from testbed import build
 
 REPO = Path(__file__).resolve().parents[3]

@@ -1,4 +1,4 @@
-"""The hook API served for real in a test (:mod:`sunk.httpserver`, on loopback), and two ways
+"""The hook API served for real in a test (:mod:`sunk.http.server`, on loopback), and two ways
 to call it, each answer read whole: aiohttp's client, or raw bytes on a socket (any header
 byte, any path, as a caller that is no well-behaved client may send them)."""
 
@@ -15,8 +15,8 @@ import aiohttp
 import yarl
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from sunk import httpserver
-from sunk.hooks import MAX_BODY
+from sunk.hooks.routes import MAX_BODY
+from sunk.http import server as httpserver
 
 
 @dataclass(frozen=True)

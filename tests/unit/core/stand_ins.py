@@ -16,18 +16,20 @@ from typing import Any
 import httpx
 
 from sunk import kube
-from sunk.cluster import Cluster
-from sunk.executor import Executor
-from sunk.hookauth import HookKeys
-from sunk.ports import KubeAPI
+from sunk.apply.executor import Executor
+from sunk.apply.ports import KubeAPI
+from sunk.hooks.auth import HookKeys
+from sunk.model.cluster import Cluster
+from sunk.model.slurmwatch import SlurmWatch
 from sunk.settings import Settings
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.job import STARTED, Job, PodIdentity, admin_comment, job_extra
-from sunk.slurmwatch import SlurmWatch
 from tests.mock_http import MockHttp
 from tests.unit.kube.fakes import FakeCredentials
 
 NAME = "sunk-test"
+#: What the executor puts in a job's environment for the hook API.
+CREDENTIAL = HookKeys(lambda: ["s3cret"]).credentials_of(NAME)
 PREFIX = "sunk.coreweave.com/"
 SLURM = "/slurm/v0.0.42"
 JOB_ID = f"{PREFIX}job-id"
@@ -224,7 +226,7 @@ async def bed(**settings: Any) -> AsyncIterator[Bed]:
     cluster = Cluster(config, api)
     watch = SlurmWatch(cluster, client)
     executor = Executor(cluster, KubeAPI(api, NAME), client,
-                        keys=HookKeys(lambda: ["s3cret"]), learn=watch.learn)
+                        credential=CREDENTIAL, learn=watch.learn)
     made = Bed(cluster, watch, executor, client, k8s, slurm)
     try:
         yield made

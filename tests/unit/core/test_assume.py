@@ -1,11 +1,11 @@
-"""What was written, until the watch shows it (sunk.assume.AssumeCache), on plain data."""
+"""What was written, until the watch shows it (sunk.model.assume.AssumeCache), on plain data."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from sunk.assume import AssumeCache
+from sunk.model.assume import AssumeCache
 
 LOCK = "sunk.coreweave.com/lock"
 JOB = "sunk.coreweave.com/job-id"
@@ -272,7 +272,7 @@ def test_a_write_answered_after_its_object_was_deleted_is_not_assumed() -> None:
 
 
 def test_only_the_newest_deleted_uids_are_kept(monkeypatch: Any) -> None:
-    monkeypatch.setattr("sunk.assume.DELETED_KEPT", 2)
+    monkeypatch.setattr("sunk.model.assume.DELETED_KEPT", 2)
     cache = AssumeCache()
     for uid in ("u1", "u2", "u3"):
         cache.observe("DELETED", obj(uid))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sunk.decide import JobView, PodView, Step, decide, waiting
+from sunk.plans.decide import JobView, PodView, Step, decide, waiting
 
 RUNNING_STARTED = JobView(state="RUNNING", started=True, node="h100-000")
 

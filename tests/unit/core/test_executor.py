@@ -12,24 +12,26 @@ from typing import Any
 import httpx
 import pytest
 
-from sunk import actions as do
 from sunk import kube
-from sunk.cluster import Cluster
-from sunk.executor import Executor, RetryLater, scheduled_message
-from sunk.hookauth import HookKeys
-from sunk.locking import LOCK_KEY, LockState
-from sunk.nodeplan import NodeFacts
-from sunk.ports import KubeAPI
+from sunk.apply.executor import Executor, RetryLater, scheduled_message
+from sunk.apply.ports import KubeAPI
+from sunk.hooks.auth import HookKeys
+from sunk.model.cluster import Cluster
+from sunk.model.slurmwatch import SlurmWatch
+from sunk.model.state import PodRecord
+from sunk.plans import actions as do
+from sunk.plans.locking import LOCK_KEY, LockState
+from sunk.plans.nodeplan import NodeFacts
 from sunk.settings import Settings
 from sunk.slurm.client import SlurmClient, SlurmError
 from sunk.slurm.job import Job, PodIdentity, account_and_qos, admin_comment, job_extra
-from sunk.slurmwatch import SlurmWatch
-from sunk.state import PodRecord
 from tests.mock_http import MockHttp
 from tests.unit.core.stand_ins import Server
 from tests.unit.kube.fakes import FakeCredentials
 
 NAME = "sunk-test"
+#: What the executor puts in a job's environment for the hook API.
+CREDENTIAL = HookKeys(lambda: ["s3cret"]).credentials_of(NAME)
 PREFIX = "sunk.coreweave.com/"
 Route = Callable[[httpx.Request], httpx.Response]
 
@@ -49,7 +51,7 @@ async def bed() -> Any:
     client = SlurmClient("http://slurm.test", token=lambda: "jwt",
                          transport=MockHttp(slurm))
     cluster = Cluster(Settings(scheduler_name=NAME, scope="cluster"), api)
-    executor = Executor(cluster, KubeAPI(api, NAME), client, keys=HookKeys(lambda: ["s3cret"]),
+    executor = Executor(cluster, KubeAPI(api, NAME), client, credential=CREDENTIAL,
                         learn=cluster.jobs.learn)
     yield Bed(executor, cluster, k8s, slurm)
     await asyncio.gather(*executor._background)
@@ -464,7 +466,7 @@ async def test_a_refit_cancels_the_job_and_remembers_it(bed: Bed) -> None:
 
 async def test_a_job_id_written_in_the_background_is_tried_again_until_written(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("sunk.executor.ANNOTATE_RETRY", 0.01)
+    monkeypatch.setattr("sunk.apply.executor.ANNOTATE_RETRY", 0.01)
     answers = iter([httpx.Response(500, json={"message": "etcd timeout"}),
                     httpx.Response(503, json={"message": "overloaded"})])
     bed.kube.routes[("PATCH", "/api/v1/namespaces/ns/pods/p")] = lambda r: next(
@@ -481,7 +483,7 @@ async def test_a_job_id_written_in_the_background_is_tried_again_until_written(
 
 async def test_a_background_write_stops_when_its_pod_is_gone(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("sunk.executor.ANNOTATE_RETRY", 0.01)
+    monkeypatch.setattr("sunk.apply.executor.ANNOTATE_RETRY", 0.01)
     bed.kube.routes[("PATCH", "/api/v1/namespaces/ns/pods/p")] = lambda r: httpx.Response(
         500, json={"message": "down"})
     bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"})
@@ -543,7 +545,7 @@ async def test_at_most_a_workers_worth_of_background_writes_are_sent_at_once(
     bed.cluster.settings.workers = 3
     bed.executor = Executor(bed.cluster, KubeAPI(kube.Client(
         FakeCredentials(), transport=MockHttp(slow_patch)), NAME), bed.executor.slurm,
-        keys=HookKeys(lambda: ["s3cret"]), learn=bed.cluster.jobs.learn)
+        credential=CREDENTIAL, learn=bed.cluster.jobs.learn)
     bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = lambda r: httpx.Response(
         200, json={"job_id": 41})
     for n in range(5):  # each returns at once: its write goes on in the background
@@ -570,7 +572,7 @@ JOB_ID_WRITTEN = {f"{PREFIX}job-id": "41", f"{PREFIX}pod-uid": "aaaa-0001"}
 async def test_a_job_that_starts_at_once_has_its_id_carried_by_the_binding(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
     """One write per Pod, not two: the binding sets the job id on the Pod."""
-    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 5.0)
+    monkeypatch.setattr("sunk.apply.executor.JOB_ID_WAIT", 5.0)
     add_node(bed)
     await submit_41(bed)
     await bed.executor.apply_pod(pod(), record(), [do.Bind("node-a", "slurm-1", 41)])
@@ -608,7 +610,7 @@ async def submit_and_bind_gang(bed: Bed, members: dict[str, dict[str, Any]],
         assert bed.cluster.assumed.annotations(member)[f"{PREFIX}job-id"] == "41"
     if settle_between:
         await settle(bed)
-    await bed.executor.apply_gang("gang-id", members, [  # as sunk.gangplan binds them
+    await bed.executor.apply_gang("gang-id", members, [  # as sunk.plans.gangplan binds them
         (key, do.Bind("node-a", "slurm-1", 41, {
             f"{PREFIX}gang-rank": key[-1], f"{PREFIX}gang-node": "slurm-1",
             f"{PREFIX}job-id": "41"})) for key in members])
@@ -622,7 +624,7 @@ def gang_binding(bed: Bed, i: int) -> dict[str, str]:
 async def test_a_gang_that_starts_at_once_has_its_id_carried_by_each_members_binding(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
     """A gang that starts within JOB_ID_WAIT: one write per member fewer, as for a Pod."""
-    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 5.0)
+    monkeypatch.setattr("sunk.apply.executor.JOB_ID_WAIT", 5.0)
     members = gang_members(bed)
     await submit_and_bind_gang(bed, members)
     for i in range(2):
@@ -637,7 +639,7 @@ async def test_a_gang_that_starts_at_once_has_its_id_carried_by_each_members_bin
 async def test_a_gang_members_binding_names_its_uid_with_the_job_id_written_already(
         bed: Bed) -> None:
     """The members' own writes went out first (the job waited past JOB_ID_WAIT): the binding
-    still sets the job id (sunk.gangplan) and with it the uid it is for."""
+    still sets the job id (sunk.plans.gangplan) and with it the uid it is for."""
     members = gang_members(bed)
     await submit_and_bind_gang(bed, members, settle_between=True)
     for i in range(2):
@@ -650,7 +652,7 @@ async def test_a_gang_member_rejected_before_has_the_rejection_removed_on_its_ow
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
     """A binding sets annotations, it cannot remove one: the rejection goes in a write of
     its own, at once, not carried."""
-    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 5.0)
+    monkeypatch.setattr("sunk.apply.executor.JOB_ID_WAIT", 5.0)
     members = gang_members(bed, {f"{PREFIX}rejected": "GangTooLarge"})
     await submit_and_bind_gang(bed, members)
     await asyncio.wait_for(settle(bed), 1)
@@ -674,7 +676,7 @@ async def test_a_job_that_waits_longer_has_its_id_written_on_its_own(bed: Bed) -
 
 async def test_a_failed_binding_leaves_the_job_id_to_its_own_write(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 5.0)
+    monkeypatch.setattr("sunk.apply.executor.JOB_ID_WAIT", 5.0)
     add_node(bed)
     bed.kube.routes[("POST", "/api/v1/namespaces/ns/pods/p/binding")] = lambda r: (
         httpx.Response(500, json={"message": "etcd timeout"}))
@@ -690,7 +692,7 @@ async def test_a_binding_does_not_carry_what_it_cannot_remove(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Pod once rejected (its policy since changed) loses the ``rejected`` annotation with
     its job id: a binding only sets annotations, so the job id goes on its own write."""
-    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 0.1)
+    monkeypatch.setattr("sunk.apply.executor.JOB_ID_WAIT", 0.1)
     add_node(bed)
     rejected = pod(**{f"{PREFIX}rejected": "PolicyViolation"})
     await submit_41(bed, rejected)
@@ -719,7 +721,7 @@ def held_patches(bed: Bed) -> asyncio.Event:
 async def test_a_binding_does_not_carry_a_job_id_behind_an_older_write_in_flight(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
     """The older write, landing after the binding, would put the older job id back."""
-    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 5.0)
+    monkeypatch.setattr("sunk.apply.executor.JOB_ID_WAIT", 5.0)
     answer = held_patches(bed)
     add_node(bed)
     bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "40"})  # going out, not answered
@@ -741,7 +743,7 @@ async def test_a_job_ids_wait_counts_from_its_submission_not_from_an_older_write
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
     """Behind an older write of the Pod slower than JOB_ID_WAIT, the id's wait is over by the
     time that write is answered: it goes out next, not JOB_ID_WAIT later."""
-    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 0.1)
+    monkeypatch.setattr("sunk.apply.executor.JOB_ID_WAIT", 0.1)
     answer = held_patches(bed)
     bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "40"})  # going out, not answered
     await asyncio.sleep(0.01)
@@ -760,7 +762,7 @@ async def test_a_job_id_write_cancelled_while_it_waits_leaves_nothing_behind(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
     """The scheduler stopping: the waiting write's task is cancelled; its timer, firing
     later, finds the wait over and nothing to do."""
-    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 0.05)
+    monkeypatch.setattr("sunk.apply.executor.JOB_ID_WAIT", 0.05)
     bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"}, wait=True)
     delayed = bed.executor._delayed["aaaa-0001"]
     task = bed.executor._annotating["aaaa-0001"]
@@ -809,7 +811,7 @@ async def test_a_job_id_waiting_for_a_slot_to_be_sent_is_still_carried(bed: Bed)
     bed.cluster.settings.workers = 1
     bed.executor = Executor(bed.cluster, KubeAPI(kube.Client(
         FakeCredentials(), transport=MockHttp(slow_patches)), NAME),
-        bed.executor.slurm, keys=HookKeys(lambda: ["s3cret"]), learn=bed.cluster.jobs.learn)
+        bed.executor.slurm, credential=CREDENTIAL, learn=bed.cluster.jobs.learn)
     add_node(bed)
     bed.executor.annotate_soon(pod("other"), {f"{PREFIX}job-id": "40"})  # holds the one slot
     await submit_41(bed)
@@ -827,7 +829,7 @@ async def test_a_job_id_waiting_for_a_slot_to_be_sent_is_still_carried(bed: Bed)
 
 async def test_a_write_of_the_pods_own_hurries_its_waiting_job_id(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("sunk.executor.JOB_ID_WAIT", 5.0)
+    monkeypatch.setattr("sunk.apply.executor.JOB_ID_WAIT", 5.0)
     await submit_41(bed)
     await asyncio.wait_for(bed.executor.annotate_pod(pod(), {f"{PREFIX}note": "x"}), 1)
     written = [p["metadata"]["annotations"] for p in bed.kube.calls("PATCH")]

@@ -7,8 +7,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sunk import fit
-from sunk.fit import NodeUsage, allocatable, pod_requests, shortfall, sum_requests
+from sunk.plans import fit
+from sunk.plans.fit import NodeUsage, allocatable, pod_requests, shortfall, sum_requests
 
 
 def container(**requests: str) -> dict[str, Any]:
@@ -152,7 +152,7 @@ def test_sum_requests() -> None:
 
 
 def test_capacity_agrees_when_slurm_gets_what_kubernetes_leaves() -> None:
-    from sunk.fit import Capacity, capacity_mismatch, describe
+    from sunk.plans.fit import Capacity, capacity_mismatch, describe
 
     alloc = allocatable({"status": {"allocatable": {
         "cpu": "33", "memory": "257Gi", "nvidia.com/gpu": "8"}}})
@@ -179,8 +179,8 @@ def test_the_fast_reading_of_plain_quantities_agrees_with_the_general_parser(
         number: int, suffix: str, resource: str) -> None:
     import math
 
-    from sunk.fit import _units
-    from sunk.quantity import Quantity
+    from sunk.model.quantity import Quantity
+    from sunk.plans.fit import _units
 
     text = f"{number}{suffix}"
     value = Quantity.parse(text).value

@@ -13,11 +13,11 @@ import httpx
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from sunk import ownership, translate
-from sunk.hookauth import HookKeys, HookRefused, bearer, job_owner
-from sunk.hooks import create_hooks_app
-from sunk.httpserver import Handler
-from sunk.locking import LockState
+from sunk.hooks.auth import HookKeys, HookRefused, bearer, job_owner
+from sunk.hooks.routes import create_hooks_app
+from sunk.http.server import Handler
+from sunk.plans import ownership, translate
+from sunk.plans.locking import LockState
 from sunk.slurm.client import SlurmClient, SlurmError, _error_text
 from tests.mock_http import MockHttp
 from tests.unit.core.hookclient import Answer, hook_server, send_raw

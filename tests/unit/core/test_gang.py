@@ -1,4 +1,4 @@
-"""Which gang a Pod claims, and a gang assembled from its Pods (sunk.gang), on plain data."""
+"""Which gang a Pod claims, and a gang assembled from its Pods (sunk.plans.gang), on plain data."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sunk.gang import (
+from sunk.plans.gang import (
     GANG_LABEL,
     INDEX_ANNOTATION,
     JOB_INDEX,

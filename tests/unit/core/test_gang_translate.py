@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from sunk.gang import gang_id
-from sunk.placement import NodeInfo, Snapshot
-from sunk.slurm.job import PodIdentity, admin_comment, member_id, parse_extra
-from sunk.translate import (
+from sunk.plans.gang import gang_id
+from sunk.plans.placement import NodeInfo, Snapshot
+from sunk.plans.translate import (
     NoRoom,
     TranslateSettings,
     Unschedulable,
     gang_job_description,
     job_description,
 )
+from sunk.slurm.job import PodIdentity, admin_comment, member_id, parse_extra
 
 SETTINGS = TranslateSettings(scheduler_name="sunk", placeholder_script="/opt/p.sh",
                              gpu_types={"H100": "h100", "A100": "a100"}, kill_wait_seconds=45)

@@ -1,4 +1,4 @@
-"""One gang, its Pods and its newest Slurm job -> steps (sunk.gangplan), on plain data."""
+"""One gang, its Pods and its newest Slurm job -> steps (sunk.plans.gangplan), on plain data."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from sunk import actions as do
-from sunk.decide import JobView
-from sunk.gang import Gang, Member
-from sunk.gangplan import (
+from sunk.plans import actions as do
+from sunk.plans.decide import JobView
+from sunk.plans.gang import Gang, Member
+from sunk.plans.gangplan import (
     MAX_RESUBMITS,
     GangFacts,
     GangJob,

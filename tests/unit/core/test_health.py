@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from sunk import health, kube
+from sunk import kube
+from sunk.model import health
 from tests.unit.core import stand_ins
 from tests.unit.core.stand_ins import (
     Bed,
@@ -80,7 +81,7 @@ async def test_an_api_server_away_from_the_first_verdict_is_logged_but_no_recove
         bed: Bed, caplog: pytest.LogCaptureFixture) -> None:
     """Failing since start (RBAC refusing the probe's read, say): the log says so, once; its
     end is logged too, and re-queues nothing (nothing was missed: every Pod was looked at)."""
-    caplog.set_level(logging.INFO, logger="sunk.health")
+    caplog.set_level(logging.INFO, logger="sunk.model.health")
     watched = bed.cluster.health
     back: list[str] = []
     watched.on_kube_back.append(lambda: back.append("back"))

@@ -1,4 +1,4 @@
-"""Full collections walk only what arrived since the last one (sunk.heap)."""
+"""Full collections walk only what arrived since the last one (sunk.runtime.heap)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sunk.heap import YOUNG_COLLECTION_EVERY, FreezeSurvivors, collect_young_less_often
+from sunk.runtime.heap import YOUNG_COLLECTION_EVERY, FreezeSurvivors, collect_young_less_often
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +60,7 @@ def test_everything_is_unfrozen_once_per_refresh_and_cycles_are_collected() -> N
 
 SCENARIO = """
 import logging, sys
-from sunk.heap import give_back_free_memory
+from sunk.runtime.heap import give_back_free_memory
 logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
 listing, kept = [], []
 for _ in range(800):  # 50 MiB in pieces, what is kept in between: the heap keeps it

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 import pytest
 
 from sunk import kube
-from sunk.hookanswers import HookAnswers, answering
-from sunk.hookauth import HookRefused
-from sunk.inflight import InFlight
+from sunk.hooks.answers import HookAnswers, answering
+from sunk.hooks.auth import HookRefused
+from sunk.hooks.inflight import InFlight
 from sunk.slurm.client import SlurmError
 from sunk.slurm.job import PodIdentity, member_id
 from tests.unit.core import stand_ins
@@ -299,7 +299,7 @@ async def test_wait_pod_gone_says_false_when_the_pod_stays(hooks: Hooks) -> None
 
 
 async def test_a_placeholder_waiting_for_its_pod_is_not_counted_at_work(hooks: Hooks) -> None:
-    """The hook API's bound counts calls at work (sunk.inflight): when a big job ends, a
+    """The hook API's bound counts calls at work (sunk.hooks.inflight): when a big job ends, a
     placeholder on every node waits for its Pod at once."""
     hooks.bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1"))
     bound = InFlight(1)

@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from sunk.hookauth import JOB_PREFIX, HookKeys, HookRefused, bearer, job_owner, parse_tokens
+from sunk.hooks.auth import JOB_PREFIX, HookKeys, HookRefused, bearer, job_owner
+from sunk.settings import parse_tokens
 
 
 def keys(*tokens: str) -> HookKeys:

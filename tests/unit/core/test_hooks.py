@@ -12,12 +12,12 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 import httpx
 import pytest
 
-from sunk.hookauth import HookKeys, HookRefused, job_owner
-from sunk.hooks import MAX_BODY, create_hooks_app
-from sunk.httpserver import Handler
-from sunk.inflight import waiting
-from sunk.locking import LockState
-from sunk.servers import serve_hooks
+from sunk.hooks.auth import HookKeys, HookRefused, job_owner
+from sunk.hooks.inflight import waiting
+from sunk.hooks.routes import MAX_BODY, create_hooks_app
+from sunk.http.server import Handler
+from sunk.plans.locking import LockState
+from sunk.runtime.servers import serve_hooks
 from testbed.procs import free_ports
 from tests.unit.core.hookclient import Answer, HookClient, hook_client, port_of, send_raw
 
@@ -568,13 +568,13 @@ async def test_a_request_that_is_not_http_is_one_warning_line_not_a_traceback(
     async with served(app) as (_, url):
         host, port = url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
-        with caplog.at_level(logging.DEBUG, logger="sunk.httpserver"):
+        with caplog.at_level(logging.DEBUG, logger="sunk.http.server"):
             writer.write(b"GET /hooks/v1/jobs/7/pod HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n")
             await writer.drain()
             answer = await asyncio.wait_for(reader.read(), 5)
             writer.close()
     assert answer.split(b" ", 2)[1] == b"400"
-    [record] = [r for r in caplog.records if r.name == "sunk.httpserver"]
+    [record] = [r for r in caplog.records if r.name == "sunk.http.server"]
     assert record.levelno == logging.WARNING and record.exc_info is None
     said = record.getMessage()
     assert said.startswith("invalid HTTP request from 127.0.0.1:"), said
@@ -589,7 +589,7 @@ async def test_a_bug_in_the_scheduler_is_a_500_and_its_traceback_and_the_api_goe
             raise RuntimeError("a bug")
 
     app = create_hooks_app(Broken(), keys=keys(TOKEN))
-    with caplog.at_level(logging.ERROR, logger="sunk.httpserver"):
+    with caplog.at_level(logging.ERROR, logger="sunk.http.server"):
         async with hook_client(app) as client:
             failed = await client.post("/hooks/v1/jobs/7/started", json={"node": "n1"},
                                        headers=AUTH)

@@ -1,4 +1,4 @@
-"""The hook API's HTTP/1.1 server (:mod:`sunk.httpserver`), spoken to in raw bytes on
+"""The hook API's HTTP/1.1 server (:mod:`sunk.http.server`), spoken to in raw bytes on
 loopback: kept-open and pipelined requests, what a caller who is no well-behaved client may
 send (oversized heads and bodies, garbage, slow requests, upgrades), and its shutdown."""
 
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import httptools
 import pytest
 
-from sunk import httpserver
-from sunk.httpserver import Request, Response
+from sunk.http import server as httpserver
+from sunk.http.server import Request, Response
 
 MAX_BODY = 1000
 
@@ -211,14 +211,14 @@ async def test_a_head_too_large_is_refused_with_431_and_the_connection_closed(
 async def test_what_is_not_http_gets_400_one_log_line_and_a_closed_connection(
         garbage: bytes, caplog: pytest.LogCaptureFixture) -> None:
     app = App()
-    with caplog.at_level(logging.DEBUG, logger="sunk.httpserver"):
+    with caplog.at_level(logging.DEBUG, logger="sunk.http.server"):
         async with serving(app) as (port, _), connection(port) as (reader, writer):
             writer.write(garbage)
             answer = await read_answer(reader)
             assert await closed(reader)
     assert answer.status == 400 and answer.json()["status_code"] == 400
     assert app.seen == []
-    [record] = [r for r in caplog.records if r.name == "sunk.httpserver"]
+    [record] = [r for r in caplog.records if r.name == "sunk.http.server"]
     assert record.levelno == logging.WARNING and record.exc_info is None
     assert record.getMessage().startswith("invalid HTTP request from 127.0.0.1:")
 
@@ -280,7 +280,7 @@ async def test_a_failing_handler_gets_500_and_the_connection_goes_on(
     assert refused.status == 500 and "x-injected" not in refused.headers
     assert fine.status == 200
     assert [r.exc_info is not None for r in caplog.records
-            if r.name == "sunk.httpserver"] == [True, True]
+            if r.name == "sunk.http.server"] == [True, True]
 
 
 async def test_head_gets_the_head_alone_and_204_no_length() -> None:
@@ -389,11 +389,11 @@ async def test_a_bug_in_reading_a_request_is_a_500_with_its_traceback_not_a_400(
 
     monkeypatch.setattr(httptools, "parse_url", broken)
     app = App()
-    with caplog.at_level(logging.DEBUG, logger="sunk.httpserver"):
+    with caplog.at_level(logging.DEBUG, logger="sunk.http.server"):
         async with serving(app) as (port, _), connection(port) as (reader, writer):
             writer.write(get("/x"))
             answer = await read_answer(reader)
             assert await closed(reader)
     assert answer.status == 500 and app.seen == []
-    [record] = [r for r in caplog.records if r.name == "sunk.httpserver"]
+    [record] = [r for r in caplog.records if r.name == "sunk.http.server"]
     assert record.levelno == logging.ERROR and record.exc_info is not None

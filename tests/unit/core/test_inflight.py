@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from sunk.inflight import InFlight, waiting
+from sunk.hooks.inflight import InFlight, waiting
 
 
 def test_a_call_counts_while_at_work_and_not_while_it_waits() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sunk.jobpoll import Followed, plan_poll
+from sunk.model.jobpoll import Followed, plan_poll
 
 
 def test_a_changed_state_is_recorded_without_reading_the_job() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sunk.jobtable import JobTable
+from sunk.model.jobtable import JobTable
 from sunk.slurm.job import Job, PodIdentity, admin_comment, job_extra
 
 NAME = "sunk-test"

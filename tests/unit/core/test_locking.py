@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sunk.locking import LockState, PodOnNode, plan, pod_on_node
+from sunk.plans.locking import LockState, PodOnNode, plan, pod_on_node
 
 WEB = PodOnNode("ns/web")
 WEB_GOING = PodOnNode("ns/web", terminating=True)

@@ -1,4 +1,4 @@
-"""The scheduler's own pauses: garbage collections and a busy event loop (sunk.metrics)."""
+"""The scheduler's own pauses: garbage collections and a busy event loop (sunk.runtime.metrics)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 from prometheus_client import REGISTRY
 
-from sunk import metrics
+from sunk.runtime import metrics
 
 
 def _count(name: str, **labels: str) -> float:

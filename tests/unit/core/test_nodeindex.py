@@ -1,10 +1,10 @@
-"""Slurm node -> slurmd Pod -> Kubernetes Node (sunk.nodeindex.NodeIndex), on plain data."""
+"""Slurm node -> slurmd Pod -> Kubernetes Node (sunk.model.nodeindex.NodeIndex), on plain data."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sunk.nodeindex import NodeIndex
+from sunk.model.nodeindex import NodeIndex
 
 
 def slurmd(name: str, hostname: str | None, node: str | None = None, *,

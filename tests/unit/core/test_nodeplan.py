@@ -1,4 +1,4 @@
-"""One Slurm node's lock and drain -> actions (sunk.nodeplan), on plain data."""
+"""One Slurm node's lock and drain -> actions (sunk.plans.nodeplan), on plain data."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from sunk import actions as do
-from sunk.locking import LockState, PodOnNode
-from sunk.nodeplan import K8S_DRAIN_PREFIX, NodeFacts, plan_drain, plan_lock, plan_node
+from sunk.plans import actions as do
+from sunk.plans.locking import LockState, PodOnNode
+from sunk.plans.nodeplan import K8S_DRAIN_PREFIX, NodeFacts, plan_drain, plan_lock, plan_node
 
 IDLE: Mapping[str, Any] = {"state": ["IDLE"], "reason": ""}
 BUSY: Mapping[str, Any] = {"state": ["ALLOCATED"]}
@@ -205,8 +205,8 @@ def test_plan_node_is_the_lock_then_the_drain() -> None:
 
 
 def test_a_size_mismatch_is_told_once_and_when_it_ends() -> None:
-    from sunk.fit import Capacity
-    from sunk.nodeplan import plan_capacity
+    from sunk.plans.fit import Capacity
+    from sunk.plans.nodeplan import plan_capacity
 
     over = (Capacity("cpu", 32, 28),)
     base = NodeFacts(slurm_node="h1", k8s_node="n1", slurm_info={"state": ["IDLE"]})

@@ -1,4 +1,4 @@
-"""Which scheduler-owned annotations to believe (sunk.ownership), branch by branch."""
+"""Which scheduler-owned annotations to believe (sunk.plans.ownership), branch by branch."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from sunk.ownership import GONE, NOT_OURS, Keys, Ownership, read
+from sunk.plans.ownership import GONE, NOT_OURS, Keys, Ownership, read
 
 K = Keys.with_prefix("sunk.coreweave.com/")
 JOB, REJECTED, POD_UID = K.all

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sunk.placement import LOCK_TAINT, NodeInfo, Snapshot, excluded_slurm_nodes, tolerates
+from sunk.plans.placement import LOCK_TAINT, NodeInfo, Snapshot, excluded_slurm_nodes, tolerates
 
 H100 = {"gpu.nvidia.com/model": "H100"}
 A100 = {"gpu.nvidia.com/model": "A100"}

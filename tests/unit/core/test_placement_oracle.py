@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sunk import fit
-from sunk.placement import (
+from sunk.plans import fit
+from sunk.plans.placement import (
     CORDONED,
     LOCK_TAINT,
     NO_ROOM,

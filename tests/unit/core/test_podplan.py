@@ -1,4 +1,4 @@
-"""One Pod and its job -> actions (sunk.podplan), on plain data."""
+"""One Pod and its job -> actions (sunk.plans.podplan), on plain data."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from sunk import actions as do
-from sunk import ownership, translate
-from sunk.decide import JobView, PodView
-from sunk.ownership import Keys, Ownership
-from sunk.placement import NodeInfo, Snapshot
-from sunk.podplan import MAX_RESUBMITS, PodFacts, plan_deleted, plan_pod, plan_submission
+from sunk.plans import actions as do
+from sunk.plans import ownership, translate
+from sunk.plans.decide import JobView, PodView
+from sunk.plans.ownership import Keys, Ownership
+from sunk.plans.placement import NodeInfo, Snapshot
+from sunk.plans.podplan import MAX_RESUBMITS, PodFacts, plan_deleted, plan_pod, plan_submission
 from sunk.policy import Decision, Violation
 
 PREFIX = "sunk.coreweave.com/"

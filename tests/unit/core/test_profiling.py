@@ -1,4 +1,4 @@
-"""On-demand profiles of the running scheduler (sunk.profiling)."""
+"""On-demand profiles of the running scheduler (sunk.runtime.profiling)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pstats
 import tracemalloc
 from pathlib import Path
 
-from sunk.profiling import OnDemandProfiler
+from sunk.runtime.profiling import OnDemandProfiler
 
 
 def test_a_profile_is_written_on_stop(tmp_path: Path) -> None:

@@ -14,12 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
-from sunk import metrics
-from sunk.executor import RetryLater
+from sunk.apply.executor import RetryLater
+from sunk.loops.scheduler import Scheduler
+from sunk.loops.workqueue import WorkQueue
 from sunk.policy import PolicyStore
-from sunk.scheduler import Scheduler
+from sunk.runtime import metrics
 from sunk.slurm.job import PodIdentity, admin_comment, job_extra, member_id
-from sunk.workqueue import WorkQueue
 from tests.unit.core import stand_ins
 from tests.unit.core.stand_ins import (
     JOB_ID,
@@ -503,7 +503,7 @@ async def test_a_translation_that_raises_is_sunks_fault_told_and_retried_never_a
         calls.append(args)
         raise KeyError("a bug of ours")
 
-    monkeypatch.setattr("sunk.translate.job_description", broken)
+    monkeypatch.setattr("sunk.plans.translate.job_description", broken)
     put(bed.cluster.pod_informers[0], pod())
     bed.kube.routes[("GET", POD_PATH)] = answer(200, pod())
     scheduler.queue = WorkQueue(base_delay=0.01, max_delay=0.01)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from sunk.loops.workqueue import WorkQueue
 from sunk.settings import from_args, parse_bind, parse_duration, read_secret_file
-from sunk.workqueue import WorkQueue
 
 
 def test_reference_flags_parse() -> None:

@@ -7,9 +7,9 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sunk.placement import NodeInfo, Snapshot
-from sunk.state import HISTORY, PodRecord, SchedulerState
-from sunk.translate import TranslateSettings, job_description
+from sunk.model.state import HISTORY, PodRecord, SchedulerState
+from sunk.plans.placement import NodeInfo, Snapshot
+from sunk.plans.translate import TranslateSettings, job_description
 
 
 def test_a_records_job_description_reads_back_as_submitted_and_is_kept_packed() -> None:

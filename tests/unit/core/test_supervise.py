@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from sunk.supervise import report_loop_error
+from sunk.runtime.supervise import report_loop_error
 
 
 class Transport(asyncio.Transport):

@@ -13,11 +13,11 @@ import httpx
 import pytest
 
 from sunk import kube
-from sunk.hookauth import HookRefused
-from sunk.inflight import InFlight
-from sunk.locking import LOCK_KEY, LOCK_TAINT_SPEC, LockState
+from sunk.hooks.auth import HookRefused
+from sunk.hooks.inflight import InFlight
+from sunk.loops.syncer import REQUEST_TTL, LockRequest, Syncer
+from sunk.plans.locking import LOCK_KEY, LOCK_TAINT_SPEC, LockState
 from sunk.slurm.job import PodIdentity
-from sunk.syncer import REQUEST_TTL, LockRequest, Syncer
 from tests.unit.core import stand_ins
 from tests.unit.core.stand_ins import (
     PREFIX,
@@ -232,7 +232,7 @@ async def test_a_lock_request_times_out_with_the_state_reached(sync: Sync) -> No
 
 
 async def test_a_prolog_waiting_for_its_lock_is_not_counted_at_work(sync: Sync) -> None:
-    """The hook API's bound counts calls at work (sunk.inflight): when a big job starts, a
+    """The hook API's bound counts calls at work (sunk.hooks.inflight): when a big job starts, a
     prolog on every node waits for its lock at once."""
     bed, syncer = sync.bed, sync.syncer
     bed.slurm.jobs[41] = raw_job(41, state="RUNNING", nodes="slurm-1")

@@ -7,7 +7,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sunk.topology import BLOCK_LABEL, block_conf, block_name, blocks, topology_conf
+from sunk.plans.topology import BLOCK_LABEL, block_conf, block_name, blocks, topology_conf
 
 
 def parse(conf: str) -> dict[str, list[str]]:

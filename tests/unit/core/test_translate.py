@@ -7,10 +7,16 @@ from typing import Any
 
 import pytest
 
-from sunk import fit
-from sunk.placement import CORDONED, PASSING_REASONS, UNMAPPED, NodeInfo, Snapshot, why_excluded
-from sunk.slurm.job import parse_extra
-from sunk.translate import (
+from sunk.plans import fit
+from sunk.plans.placement import (
+    CORDONED,
+    PASSING_REASONS,
+    UNMAPPED,
+    NodeInfo,
+    Snapshot,
+    why_excluded,
+)
+from sunk.plans.translate import (
     OWNED_ANNOTATIONS,
     POD_ANNOTATIONS,
     TranslateSettings,
@@ -18,6 +24,7 @@ from sunk.translate import (
     job_description,
     unknown_annotations,
 )
+from sunk.slurm.job import parse_extra
 
 SETTINGS = TranslateSettings(scheduler_name="sunk", placeholder_script="/opt/p.sh",
                              gpu_types={"H100": "h100", "A100": "a100"})

@@ -8,7 +8,7 @@ import math
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from sunk.trends import (
+from sunk.runtime.trends import (
     HistogramReading,
     Latency,
     Reading,
@@ -191,7 +191,7 @@ def test_readings_come_from_the_metric_objects() -> None:
 
 
 def test_the_default_sources_are_the_schedulers_metrics() -> None:
-    from sunk import metrics
+    from sunk.runtime import metrics
 
     before = read()
     metrics.PODS_BOUND.inc()

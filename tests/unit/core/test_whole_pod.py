@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from sunk.kube import KubeError
+from sunk.loops.scheduler import Scheduler
 from sunk.policy.loader import PolicyStore
-from sunk.scheduler import Scheduler
 from tests.unit.core import stand_ins
 from tests.unit.core.stand_ins import (
     POLICIES,

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from sunk import kube
-from sunk.ports import KubeAPI
+from sunk.apply.ports import KubeAPI
 from tests.unit.kube.fakes import FakeServer, client, status
 
 POD = {"metadata": {"name": "p", "namespace": "team-a", "uid": "uid-1",

@@ -40,12 +40,18 @@ def test_the_product_keeps_every_contract(clean_tree: Path) -> None:
 
 
 @pytest.mark.parametrize(("module", "line", "contract"), [
-    ("sunk/decide.py", "import httpx", "Pure modules"),
-    ("sunk/podplan.py", "from sunk import kube", "Pure modules"),
-    ("sunk/scheduler.py", "import kr8s", "Only the kube package talks to kr8s"),
-    ("sunk/syncer.py", "import httpx", "Only the kube package and the Slurm client speak HTTP"),
+    ("sunk/plans/decide.py", "import httpx", "Pure packages"),
+    ("sunk/plans/podplan.py", "from sunk import kube", "Pure packages"),
+    ("sunk/policy/engine.py", "from sunk.apply import executor", "Pure packages"),
+    ("sunk/loops/scheduler.py", "import kr8s", "Only the kube package talks to kr8s"),
+    ("sunk/loops/syncer.py", "import httpx",
+     "Only the kube package and the Slurm client speak HTTP"),
     ("web/app.py", "from sunk.slurm import client", "The dashboard reads"),
-    ("sunk/cluster.py", "from sunk import scheduler", "Layers"),
+    ("sunk/model/cluster.py", "from sunk.loops import scheduler", "Layers"),
+    ("sunk/apply/executor.py", "from sunk.hooks import answers", "Layers"),
+    ("sunk/model/jobtable.py", "from sunk.model import cluster", "Pure packages"),
+    ("sunk/loops/gangreconcile.py", "from sunk.loops import scheduler", "Inside the loops"),
+    ("sunk/model/health.py", "from sunk.model import cluster", "Inside the cluster model"),
 ])
 def test_a_forbidden_import_breaks_the_lint(clean_tree: Path, tmp_path: Path, module: str,
                                             line: str, contract: str) -> None:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from sunk.leader import (
+from sunk.loops.leader import (
     LeaderElector,
     LeaseConflict,
     LeaseError,

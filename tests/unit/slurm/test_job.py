@@ -125,7 +125,7 @@ def test_finished_states(state: str) -> None:
 
 def test_pure_modules_load_no_http_client() -> None:
     """sunk.slurm.job and sunk.slurm.text must not pull in the client's HTTP stack."""
-    code = ("import sys, sunk.slurm.job, sunk.slurm.text, sunk.translate; "
+    code = ("import sys, sunk.slurm.job, sunk.slurm.text, sunk.plans.translate; "
             "bad = [m for m in ('httpx', 'aiohttp', 'yarl', 'sunk.slurm.client') "
             "if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -134,7 +134,7 @@ def test_pure_modules_load_no_http_client() -> None:
 
 
 def test_a_job_slurm_held_after_its_launch_failed_is_told_from_a_persons_hold() -> None:
-    from sunk.decide import FAILED_LAUNCH_HOLDS
+    from sunk.plans.decide import FAILED_LAUNCH_HOLDS
     from sunk.slurm.job import LAUNCH_FAILED_HELD
 
     # as slurmrestd 24.11 answers for a job whose prolog failed (seen on the test bed)

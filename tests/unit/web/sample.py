@@ -1,6 +1,6 @@
 """A scheduler made of plain data, for the dashboard's tests, benchmark and local previews.
 
-:class:`StaticScheduler` has the attributes the views read of ``sunk.scheduler.Scheduler`` and
+:class:`StaticScheduler` has the attributes the views read of ``sunk.loops.scheduler.Scheduler`` and
 no I/O; :func:`sample` fills one with a cluster of any size in a realistic mix of states.
 ``python -m tests.unit.web.sample`` serves the dashboard on it.
 """
@@ -17,15 +17,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sunk.locking import LOCK_KEY, LOCK_TAINT_SPEC
+from sunk.model.state import GangMember, GangRecord, PodRecord, SchedulerState, Transition
+from sunk.plans.locking import LOCK_KEY, LOCK_TAINT_SPEC
 from sunk.policy.engine import PolicyEngine
 from sunk.policy.loader import PolicyStatus, RecentError, load_sources
 from sunk.policy.model import Origin, PolicyIssue, PolicyLoadError
-from sunk.servers import serve
+from sunk.runtime.servers import serve
+from sunk.runtime.trends import Latency, Reading, TrendPoint, TrendRecorder
 from sunk.settings import Settings
 from sunk.slurm.job import Job
-from sunk.state import GangMember, GangRecord, PodRecord, SchedulerState, Transition
-from sunk.trends import Latency, Reading, TrendPoint, TrendRecorder
 from web import create_app
 
 

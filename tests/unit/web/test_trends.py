@@ -10,7 +10,7 @@ import pytest
 from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
-from sunk.trends import Latency, Reading, TrendPoint, TrendRecorder
+from sunk.runtime.trends import Latency, Reading, TrendPoint, TrendRecorder
 from web import trends
 from web.trends import HEIGHT, PAD, WIDTH, sparkline
 

@@ -1,0 +1,1 @@
+"""Carrying out the plans through the two ports, Kubernetes and Slurm."""

@@ -1,0 +1,1 @@
+"""The hook API that Slurm's prolog, epilog and placeholder job call."""

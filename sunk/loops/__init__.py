@@ -1,0 +1,1 @@
+"""The loops that run for the life of the process: work queues, watches, the lease."""

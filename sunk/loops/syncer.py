@@ -1,0 +1,359 @@
+"""The syncer: node locks for Slurm jobs, and node state kept in step both ways.
+
+Each node's reconcile gathers plain facts from the cluster model, :mod:`sunk.plans.nodeplan` turns
+them into actions (taint, evictions, the lock state on the slurmd Pod, drains), and the executor
+carries them out. The prolog's lock request (:meth:`Syncer.request_lock`) waits here until the
+node is locked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sunk import kube
+from sunk.apply.executor import Executor
+from sunk.hooks.answers import answering
+from sunk.hooks.auth import HookRefused
+from sunk.hooks.inflight import waiting
+from sunk.loops.workqueue import WorkQueue
+from sunk.model.cluster import Cluster
+from sunk.plans import fit, locking, nodeplan
+from sunk.plans.locking import LOCK_KEY, LockState
+from sunk.runtime import metrics
+from sunk.runtime.supervise import forever
+from sunk.slurm.client import SlurmClient, SlurmError
+from sunk.slurm.job import Job, member_id
+from sunk.slurm.text import expand_hostlist
+
+log = logging.getLogger("sunk.loops.syncer")
+
+#: How long an unanswered lock request keeps the lock wanted without the prolog asking again.
+REQUEST_TTL = 60.0
+#: How long an answered request keeps the lock wanted, while Slurm's node state catches up.
+ANSWERED_GRACE = 10.0
+
+
+def _version(obj: kube.Obj) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion"))
+
+
+@dataclass
+class LockRequest:
+    job_id: int
+    strict: bool
+    at: float = field(default_factory=time.monotonic)
+    answered_at: float | None = None
+
+    def keeps_lock(self, now: float) -> bool:
+        if self.answered_at is not None:
+            return now - self.answered_at < ANSWERED_GRACE
+        return now - self.at < REQUEST_TTL
+
+
+class Syncer:
+    def __init__(self, cluster: Cluster, executor: Executor, slurm: SlurmClient) -> None:
+        self.cluster = cluster
+        self.executor = executor
+        self.slurm = slurm
+        self.settings = settings = cluster.settings
+        self.requests: dict[str, LockRequest] = {}
+        self.queue = WorkQueue(observe_wait=metrics.child(metrics.QUEUE_WAIT, "nodes").observe)
+        self._changed: dict[str, asyncio.Event] = {}
+        #: Slurm node -> when its last reconcile began (a prolog waits for one after its call).
+        self._looked_at: dict[str, float] = {}
+        #: Slurm node -> :meth:`_fingerprint` at its last reconcile.
+        self._seen: dict[str, tuple[object, ...]] = {}
+        #: Job id -> the read of it from Slurm that lock requests for it share (a gang's
+        #: prologs, one per node, ask at the same moment).
+        self._job_reads: dict[int, asyncio.Task[Job | None]] = {}
+        #: Pod uid -> ((resourceVersion, placed by sunk), what locking needs of it).
+        self._pods_seen: dict[str, tuple[tuple[object, bool], locking.PodOnNode]] = {}
+        self.state_key = settings.annotation("slurm-state")
+        self.reason_key = settings.annotation("slurm-reason")
+        self.slurmd_selector = cluster.slurmd_selector
+        executor.on_lock_changed = self._lock_changed
+        cluster.any_pod_handlers.append(self._on_pod)
+
+    # -- running -----------------------------------------------------------------------------
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tasks:
+            await self.cluster.ready.wait()
+            for _ in range(4):
+                tasks.create_task(self._work())
+            tasks.create_task(forever("sweeping nodes", self._sweep))
+
+    async def _sweep(self, interval: float = 2.0) -> None:
+        """Every few seconds, every node that may need something: locks follow Slurm's node
+        state (jobs start and end), and drains and cordons are kept in step."""
+        while True:
+            for slurm_node, k8s_node in self.cluster.index().to_k8s.items():
+                request = self.requests.get(slurm_node)
+                if self._needs_look(slurm_node, k8s_node) and (
+                        (request is not None and request.answered_at is None)
+                        or self._lock_state(slurm_node) is LockState.PENDING  # evictions
+                        or self._seen.get(slurm_node) != self._fingerprint(slurm_node,
+                                                                           k8s_node)):
+                    self.queue.add(slurm_node)
+            await asyncio.sleep(interval)
+
+    def _fingerprint(self, slurm_node: str, k8s_node: str) -> tuple[object, ...]:
+        """What a node's plan is made from, as versions, and whether a lock request still
+        keeps the lock (the one thing that changes with time alone): unchanged since its last
+        look, the sweep does not look again (a busy node otherwise is, every sweep, for
+        nothing), unless a lock asked for is not answered yet."""
+        info = self.cluster.state.slurm_nodes.get(slurm_node, {})
+        node = self.cluster.node(k8s_node) or {}
+        slurmd = self.cluster.index().slurmd.get(slurm_node) or {}
+        pods = tuple(sorted((kube.key(p), p["metadata"].get("resourceVersion"))
+                            for p in self.cluster.pods_on(k8s_node)))
+        request = self.requests.get(slurm_node)
+        # a request keeps the lock for a while after its answer: when it stops, look again
+        kept = request is not None and request.keeps_lock(time.monotonic())
+        return (kept, tuple(info.get("state") or ()), str(info.get("reason")),
+                str(info.get("cpus")), str(info.get("real_memory")), str(info.get("gres")),
+                _version(node), _version(slurmd), pods)
+
+    def _needs_look(self, slurm_node: str, k8s_node: str) -> bool:
+        """Cheap test on the caches, so a sweep of many idle nodes costs nothing."""
+        info = self.cluster.state.slurm_nodes.get(slurm_node, {})
+        node = self.cluster.node(k8s_node) or {}
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        return (slurm_node in self.requests
+                or locking.slurm_node_busy(info)
+                or self._lock_state(slurm_node) is not LockState.FALSE
+                or bool((node.get("spec") or {}).get("unschedulable"))
+                or bool(set(info.get("state") or []) & {"DRAIN", "DOWN"})
+                or self.state_key in annotations
+                or self.cluster.assumed.has_taint(node, LOCK_KEY)
+                or fit.describe(self._mismatch(slurm_node, k8s_node, info))
+                != self.cluster.state.capacity.get(slurm_node, ""))
+
+    def _mismatch(self, slurm_node: str, k8s_node: str,
+                  info: Mapping[str, Any]) -> tuple[fit.Capacity, ...]:
+        node = self.cluster.node(k8s_node)
+        if node is None or not info:
+            return ()
+        return fit.capacity_mismatch(info, self.cluster.allocatable(node),
+                                     self.cluster.usage.reserved_on(k8s_node),
+                                     gpu_resource=self.settings.gpu_resource)
+
+    async def _work(self) -> None:
+        while True:
+            node = await self.queue.get()
+            try:
+                await self.reconcile(node)
+            except Exception as exc:  # an outage must not stop the worker
+                log.warning("node %s: %s", node, exc,
+                            exc_info=not isinstance(exc, SlurmError | kube.KubeError))
+            finally:
+                self.queue.done(node)
+
+    def _on_pod(self, kind: str, pod: kube.Obj) -> None:
+        """A Pod on a Node still being locked changed (an evicted Pod went): look at that node
+        again now. A node locked already is not: a Pod that changes there is seen by the next
+        sweep (its fingerprint changed), and a busy node is not looked at for every event of
+        the Pods Slurm places on it."""
+        if kind == "DELETED":
+            self._pods_seen.pop(str((pod.get("metadata") or {}).get("uid") or ""), None)
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if not node_name or not self.requests:  # most Pod events: no lock is being taken
+            return
+        for slurm_node in self.cluster.index().from_k8s.get(node_name, ()):
+            request = self.requests.get(slurm_node)
+            if request is not None and (request.answered_at is None
+                                        or self._lock_state(slurm_node) is LockState.PENDING):
+                self.queue.add(slurm_node)
+
+    def _pod_on_node(self, pod: kube.Obj) -> locking.PodOnNode:
+        """:func:`locking.pod_on_node`, made once per version of the Pod: a node's look reads
+        every Pod on it, and a busy node is looked at for every job that starts there."""
+        meta = pod.get("metadata") or {}
+        placed = self._placed_by_sunk(pod)
+        version = (meta.get("resourceVersion"), placed)
+        seen = self._pods_seen.get(uid := str(meta.get("uid") or ""))
+        if seen is not None and seen[0] == version:
+            return seen[1]
+        made = locking.pod_on_node(pod, placed_by_sunk=placed,
+                                   slurmd_selector=self.slurmd_selector)
+        if uid and version[0]:
+            self._pods_seen[uid] = (version, made)
+        return made
+
+    def _lock_changed(self, slurm_node: str) -> None:
+        if (changed := self._changed.get(slurm_node)) is not None:
+            changed.set()
+
+    # -- the prolog's question ---------------------------------------------------------------
+    async def request_lock(self, node: str, job_id: int, strict: bool,
+                           within: float) -> LockState | None:
+        """Lock ``node`` for ``job_id`` and wait up to ``within`` seconds for it to be locked.
+        None: the node is not one we know (no slurmd Pod has it as hostname)."""
+        if node not in self.cluster.index().to_k8s:
+            return None
+        request = self.requests.get(node)
+        if request is None or request.job_id != job_id or request.strict != strict:
+            # Checked against Slurm once per job and node: another job's request on the same
+            # node in between (jobs start side by side) is no reason to read this one again.
+            if node not in expand_hostlist(self.cluster.jobs.allocated.get(job_id, "")):
+                await self._check_lock_request(node, job_id)
+            request = LockRequest(job_id, strict)
+            self.requests[node] = request
+        asked = request.at = time.monotonic()
+        jobs = self.cluster.jobs
+        if job_id in jobs.jobs:
+            jobs.in_prolog.add(job_id)
+        changed = self._changed.setdefault(node, asyncio.Event())
+        self.queue.add(node)
+        deadline = time.monotonic() + within
+        while True:
+            state = self._lock_state(node)
+            # Only a look at the node taken since this call counts: the state may still be
+            # the previous job's lock, from before Pods that arrived since.
+            looked = self._looked_at.get(node, -1.0) >= asked
+            if looked and (state is LockState.LOCKED_STRICT
+                           or (state is LockState.LOCKED and not strict)):
+                request.answered_at = time.monotonic()
+                if (job := jobs.jobs.get(job_id)) is not None:
+                    jobs.in_prolog.discard(job_id)
+                    job.checked_at = request.answered_at  # its script starts now
+                return state
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return state
+            changed.clear()
+            try:
+                with waiting():  # not counted against the hook API's bound meanwhile
+                    async with asyncio.timeout(left):
+                        await changed.wait()
+            except TimeoutError:
+                return self._lock_state(node)
+
+    async def _check_lock_request(self, node: str, job_id: int) -> None:
+        """A lock is taken only for a job Slurm is starting on that node (its prolog runs):
+        a stray call naming a pending job, an ended one or another node is refused."""
+        async with answering(f"reading job {job_id}"):
+            # Not at work while slurmrestd answers: a slow slurmrestd with every node's prolog
+            # asking at once filled the hook API's bound, and prologs were told to retry.
+            with waiting():
+                job, joined = await self._read_job(job_id)
+                if joined and _lock_refusal(node, job_id, job) is not None:
+                    # the read it joined began before it asked: a refusal takes a read of its own
+                    job, _ = await self._read_job(job_id, join=False)
+        if (refusal := _lock_refusal(node, job_id, job)) is not None:
+            raise refusal
+        assert job is not None
+        # A placeholder of another sunk scheduler sharing this Slurm cluster: its Pods, bound
+        # once the lock is taken, are Slurm's too, not Pods for the lock to clear.
+        self.cluster.jobs.note_placeholder(job)
+        if self.cluster.jobs.ours(job) is not None:
+            self.cluster.jobs.allocated[job_id] = job.nodes
+
+    async def _read_job(self, job_id: int, *, join: bool = True) -> tuple[Job | None, bool]:
+        """The job as Slurm has it now, one read for the lock requests that ask at once (a
+        gang of 16 read its job 16 times as its prologs started); and whether this call joined
+        a read another began. Shielded: a prolog that hangs up does not fail the read the
+        others wait for. A single Pod's job runs on one node, one prolog: read alone."""
+        who = self.cluster.jobs.owner(job_id)
+        if who is not None and not who.gang:
+            return await self.slurm.job(job_id), False
+        read = self._job_reads.get(job_id) if join else None
+        joined = read is not None
+        if read is None:
+            read = self._job_reads[job_id] = asyncio.ensure_future(self.slurm.job(job_id))
+
+            def done(finished: asyncio.Task[Job | None]) -> None:
+                if self._job_reads.get(job_id) is finished:
+                    del self._job_reads[job_id]
+                if not finished.cancelled():
+                    finished.exception()  # retrieved: every waiter may have hung up
+
+            read.add_done_callback(done)
+        return await asyncio.shield(read), joined
+
+    # -- reconcile one node ------------------------------------------------------------------
+    def _lock_state(self, slurm_node: str) -> LockState:
+        slurmd = self.cluster.index().slurmd.get(slurm_node)
+        if slurmd is None:
+            return LockState.FALSE
+        return LockState.parse(self.cluster.assumed.annotations(slurmd).get(LOCK_KEY))
+
+    def _placed_by_sunk(self, pod: kube.Obj) -> bool:
+        """Slurm accounts for this Pod: a job of ours names its uid. Without the scheduler
+        component (no job table here), the scheduler's annotations, if written for this very
+        Pod (the chart's admission policy lets only the scheduler write them)."""
+        meta = pod.get("metadata") or {}
+        uid = meta.get("uid")
+        if self.cluster.scheduling:
+            return self.cluster.jobs.placed(uid or "", member_id(uid or ""))
+        annotations = meta.get("annotations") or {}
+        owned = self.executor.owned
+        return annotations.get(owned.pod_uid) == uid and owned.job_id in annotations
+
+    def facts(self, slurm_node: str) -> nodeplan.NodeFacts | None:
+        """What the node's plan needs, from the caches (None: not one to act on yet)."""
+        index = self.cluster.index()
+        k8s_node = index.to_k8s.get(slurm_node)
+        slurmd = index.slurmd.get(slurm_node)
+        node = self.cluster.node(k8s_node or "")
+        slurm_info = self.cluster.state.slurm_nodes.get(slurm_node)
+        if k8s_node is None or slurmd is None or node is None or slurm_info is None:
+            return None  # not polled from Slurm yet: an idle-looking node must not lose its lock
+        now = time.monotonic()
+        request = self.requests.get(slurm_node)
+        if request is not None and not request.keeps_lock(now) and not (
+                locking.slurm_node_busy(slurm_info)):
+            del self.requests[slurm_node]
+            request = None
+        pod_shows = self.cluster.assumed.annotations(slurmd)
+        return nodeplan.NodeFacts(
+            slurm_node=slurm_node, k8s_node=k8s_node, slurm_info=slurm_info,
+            lock=LockState.parse(pod_shows.get(LOCK_KEY)),
+            tainted=self.cluster.assumed.has_taint(node, LOCK_KEY),
+            cordoned=bool((node.get("spec") or {}).get("unschedulable")),
+            requested=request is not None and request.keeps_lock(now),
+            strict=request.strict if request is not None else None,
+            pods=tuple(self._pod_on_node(p) for p in self.cluster.pods_on(k8s_node)),
+            state_key=self.state_key, reason_key=self.reason_key,
+            pod_shows=pod_shows, node_shows=self.cluster.assumed.annotations(node),
+            mismatch=self._mismatch(slurm_node, k8s_node, slurm_info),
+            capacity_shown=self.cluster.state.capacity.get(slurm_node, ""))
+
+    async def reconcile(self, slurm_node: str) -> None:
+        began = time.monotonic()
+        facts = self.facts(slurm_node)
+        if facts is None:
+            return
+        # what this look saw, kept only once it has been acted on: a look whose writes failed
+        # (the API server away) is made again, though nothing it saw has changed since
+        seen = self._fingerprint(slurm_node, facts.k8s_node)
+        index = self.cluster.index()
+        node = self.cluster.node(facts.k8s_node)
+        slurmd = index.slurmd[slurm_node]
+        assert node is not None
+        await self.executor.apply_node(facts, node, slurmd, nodeplan.plan_node(facts),
+                                       pod_of=self.cluster.any_pod)
+        self._seen[slurm_node] = seen
+        self._looked_at[slurm_node] = began
+        self._lock_changed(slurm_node)  # a waiting prolog may answer now
+
+
+def _lock_refusal(node: str, job_id: int, job: Job | None) -> HookRefused | None:
+    """Why a lock of ``node`` for the job as Slurm shows it is refused (None: it is not): only
+    a job Slurm is starting on that node locks it."""
+    if job is None:  # lost by a slurmctld that crashed: it will not run; nothing to lock
+        return HookRefused(410, f"Slurm has no job {job_id}: no lock for it")
+    if job.finished:  # cancelled while its prolog waited: let go, do not drain the node
+        return HookRefused(410, f"Slurm shows job {job_id} {job.state.lower()}: it will not "
+                                "run; nothing to lock")
+    if job.state == "PENDING":
+        return HookRefused(409, f"Slurm shows job {job_id} pending: only a job that is "
+                                "starting locks a node")
+    if node not in expand_hostlist(job.nodes):
+        return HookRefused(409, f"job {job_id} was given {job.nodes or 'no node'}, not "
+                                f"{node}: no lock for it there")
+    return None

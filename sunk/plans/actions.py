@@ -1,0 +1,187 @@
+"""What a reconcile wants done, as plain data (pure).
+
+The plans (:mod:`sunk.plans.podplan`, :mod:`sunk.plans.nodeplan`) return lists of these; the
+executor (:mod:`sunk.apply.executor`) carries them out through the Kubernetes and Slurm ports.
+Nothing here knows how: a plan can be read and tested as a list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sunk.plans.fit import Capacity
+from sunk.plans.locking import LockState
+
+# -- a Pod and its job -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodEvent:
+    """An Event on the Pod (and a line of its dashboard history)."""
+
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclass(frozen=True)
+class ReportIgnored:
+    """Annotations on the Pod that only the scheduler writes were ignored: one Warning Event."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Annotate:
+    annotations: Mapping[str, str | None]
+    #: For the dashboard's history ("" for none).
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Submit:
+    """Submit the placeholder job (its credential is added by the executor, never shown), then
+    write its id onto the Pod. A refusal that asking again cannot change rejects the Pod."""
+
+    description: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Reject:
+    """The Pod can never be scheduled as it is: an Event, the mark, no retry."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Bind:
+    k8s_node: str
+    slurm_node: str
+    job_id: int
+    #: Set on the Pod with the binding, in the same write (a gang member's rank and node).
+    annotations: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class CancelJob:
+    job_id: int
+    why: str
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    why: str
+    #: The Event's reason: the job ended (from Slurm's side), or Slurm lost it.
+    reason: str = "SlurmJobEnded"
+
+
+@dataclass(frozen=True)
+class Refit:
+    """Slurm ran the Pod's job on a Node without room for the Pod in Kubernetes' view: the job
+    is cancelled (its placeholder is told its Pod is gone) and the Pod submitted again, when
+    some Node has room."""
+
+    job_id: int
+    why: str
+
+
+@dataclass(frozen=True)
+class ReportNotCounted:
+    """Slurm chose ``slurm_node`` for a job, but Pods Slurm does not count take the room on
+    its Node (``k8s_node``): said on the Node, on those Pods, in a metric and on the
+    dashboard, since neither side alone shows why the two disagree."""
+
+    k8s_node: str
+    slurm_node: str
+    job_id: int
+    pods: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Replace:
+    """The Pod's job was lost or failed to launch: it gets a new one (counted per lost job).
+    Not ``counted``: sunk withdrew a gang's job because the gang changed before it started."""
+
+    lost_job: int
+    counted: bool = True
+
+
+@dataclass(frozen=True)
+class RetryLater:
+    """Nothing can be done yet: back off and look again (raised by the executor).
+    ``room``: it waits for room on a Node, so a Pod leaving a Node wakes it early."""
+
+    why: str
+    room: bool = False
+
+
+PodAction = (PodEvent | ReportIgnored | Annotate | Submit | Reject | Bind | CancelJob | DeletePod
+             | Replace | Refit | ReportNotCounted | RetryLater)
+
+# -- a node's lock and drain -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SetLockTaint:
+    present: bool
+
+
+@dataclass(frozen=True)
+class Evict:
+    pod_key: str
+
+
+@dataclass(frozen=True)
+class SetLockState:
+    """The lock's state, kept on the slurmd Pod (a restarted syncer reads it back)."""
+
+    before: LockState
+    after: LockState
+    waiting_for: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DrainSlurmNode:
+    reason: str
+
+
+@dataclass(frozen=True)
+class ResumeSlurmNode:
+    why: str
+
+
+@dataclass(frozen=True)
+class ShowSlurmState:
+    """Show Slurm's drain or down state (and reason) on the slurmd Pod and the Node."""
+
+    annotations: Mapping[str, str | None]
+    #: "drain", "down" or "" (no longer), and Slurm's reason.
+    shown: str
+    reason: str = ""
+    on_pod: bool = True
+    on_node: bool = True
+
+
+@dataclass(frozen=True)
+class ShowCapacity:
+    """Slurm's node definition and Kubernetes' room disagree (or agree again): a metric, an
+    Event on the Node and a line on the dashboard."""
+
+    mismatch: tuple[Capacity, ...]
+    text: str
+
+
+NodeAction = (SetLockTaint | Evict | SetLockState | DrainSlurmNode | ResumeSlurmNode
+              | ShowSlurmState | ShowCapacity)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A reconcile's answer: the actions in order, and whether the Pod must first pass the
+    policies and be translated (:func:`sunk.plans.podplan.plan_submission`)."""
+
+    actions: tuple[PodAction, ...] = ()
+    submit: bool = False

@@ -1,0 +1,228 @@
+"""A Pod, its policy mappings and the cluster snapshot -> a Slurm job description (pure).
+
+The result is slurmrestd's ``job_desc_msg`` (data parser v0.0.42, served by Slurm 24.11 through
+26.05). Policies decide the Slurm-side fields (``mappings``); this module adds what comes from
+the Pod itself: resources, identity, placement exclusions and the placeholder script.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sunk.plans import fit, placement
+from sunk.slurm.job import PodIdentity, admin_comment, job_extra, job_name
+
+#: Mapping names (as policies produce them) copied as plain strings into the job.
+_STRING_FIELDS = ("account", "partition", "qos", "comment", "constraints", "reservation",
+                  "prefer", "current_working_directory")
+_NUMBER_FIELDS = ("priority", "time_limit", "segment_size")
+_LIST_FIELDS = ("excluded_nodes", "required_nodes")
+
+#: The annotations a Pod's author may set under the prefix (the reference product's table).
+POD_ANNOTATIONS = ("account", "comment", "constraints", "exclusive", "excluded-nodes",
+                   "required-nodes", "partition", "prefer", "priority", "qos", "reservation",
+                   "user-id", "group-id", "current-working-dir", "timeout", "segment", "gang",
+                   "gang-size", "gang-index")
+#: What the scheduler and syncer write themselves (docs/security.md).
+OWNED_ANNOTATIONS = ("job-id", "rejected", "pod-uid", "lock", "slurm-state", "slurm-reason",
+                     "leader", "gang-rank", "gang-node")
+
+
+class NotYet(LookupError):
+    """What the Pod asks for may pass (a required node cordoned, not mapped yet): it waits."""
+
+
+class NoRoom(NotYet):
+    """No Node has room for the Pod now: it waits (room frees up as Pods end)."""
+
+
+class InvalidPod(ValueError):
+    """The Pod itself cannot be made a job (a request that is not a quantity, an annotation's
+    mapping that is not what its field takes): refused, as ``InvalidPod``. Any other exception
+    from translating is a fault of sunk's, not the Pod's, and is retried."""
+
+
+class Unschedulable(ValueError):
+    """The Pod can never be placed as it stands (the Pod must be changed): refused up front."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def unknown_annotations(annotations: Mapping[str, str],
+                        prefix: str) -> list[tuple[str, str | None]]:
+    """Keys under the prefix that sunk does not read (a misspelling, most often), each with
+    the closest known key, if one is close."""
+    known = POD_ANNOTATIONS + OWNED_ANNOTATIONS
+    unknown = []
+    for key in sorted(annotations):
+        if not key.startswith(prefix) or key[len(prefix):] in known:
+            continue
+        close = difflib.get_close_matches(key[len(prefix):], POD_ANNOTATIONS, n=1, cutoff=0.75)
+        unknown.append((key[:200], prefix + close[0] if close else None))
+    return unknown
+
+
+@dataclass(frozen=True)
+class TranslateSettings:
+    scheduler_name: str
+    placeholder_script: str
+    gpu_resource: str = "nvidia.com/gpu"
+    gpu_model_label: str = "gpu.nvidia.com/model"
+    gpu_types: Mapping[str, str] | None = None
+    kill_wait_seconds: float = 30
+
+
+def _gres(pod: Mapping[str, Any], gpus: int, snap: placement.Snapshot,
+          settings: TranslateSettings) -> str:
+    """``gres/gpu:TYPE:N`` when the Pod can only land on one GPU model we know a type for."""
+    models = placement.gpu_models(pod, snap, settings.gpu_model_label)
+    types = {(settings.gpu_types or {}).get(m) for m in models}
+    if len(types) == 1 and None not in types:
+        return f"gres/gpu:{types.pop()}:{gpus}"
+    return f"gres/gpu:{gpus}"
+
+
+def _whole_number(key: str, value: object) -> int:
+    """A number field's value from the policies' mappings (an annotation's, checked there)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise InvalidPod(f"{key}: {value!r} is not a whole number")
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidPod(f"{key}: {value!r} is not a whole number") from None
+
+
+def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
+                    snap: placement.Snapshot, settings: TranslateSettings) -> dict[str, Any]:
+    """The placeholder job for ``pod``."""
+    meta = pod["metadata"]
+    who = PodIdentity(meta["namespace"], meta["name"], meta["uid"], settings.scheduler_name)
+    try:
+        requests = fit.pod_requests(pod)
+    except ValueError as exc:
+        raise InvalidPod(str(exc)) from exc
+    cpus = max(1, math.ceil(requests.get("cpu", 0) / 1000))  # millicores, rounded up
+    memory_mib = max(1, math.ceil(requests.get("memory", 0) / 2**20))
+    gpus = requests.get(settings.gpu_resource, 0)
+    extra = job_extra(who)
+    job: dict[str, Any] = {
+        "name": job_name(who),
+        "admin_comment": admin_comment(who),
+        "script": f"#!/bin/sh\nexec {settings.placeholder_script}\n",
+        "extra": extra,
+        "nodes": "1",
+        "tasks": 1,
+        "cpus_per_task": cpus,
+        "memory_per_node": {"set": True, "number": memory_mib},
+        "current_working_directory": "/tmp",
+        "environment": [
+            "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            # The batch script does not see SLURM_JOB_EXTRA; it needs it to append ": started".
+            f"SUNK_JOB_EXTRA={extra}",
+            f"SUNK_POD_NAMESPACE={who.namespace}",
+            f"SUNK_POD_NAME={who.name}",
+            f"SUNK_POD_UID={who.uid}",
+            f"SUNK_KILL_WAIT={int(settings.kill_wait_seconds)}",
+        ],
+        "user_id": "0",
+        "group_id": "0",
+    }
+    if gpus:
+        job["tres_per_node"] = _gres(pod, gpus, snap, settings)
+    for key in _STRING_FIELDS:
+        if (value := mappings.get(key)) not in (None, ""):
+            job[key] = str(value)
+    for key in _NUMBER_FIELDS:
+        if (value := mappings.get(key)) is not None:
+            job[key] = {"set": True, "number": _whole_number(key, value)}
+    if (shared := mappings.get("shared")) not in (None, ""):
+        job["shared"] = [str(shared)]
+    if (uid := mappings.get("user_id")) not in (None, ""):
+        job["user_id"] = str(uid)
+        job["group_id"] = str(uid)  # a user id without a group id uses it as the group id
+    if (gid := mappings.get("group_id")) not in (None, ""):
+        job["group_id"] = str(gid)
+    requested = {k: [str(n) for n in mappings.get(k) or []] for k in _LIST_FIELDS}
+    by_placement = set(placement.excluded_slurm_nodes(pod, snap))
+    excluded = sorted(set(requested["excluded_nodes"]) | by_placement)
+    known = snap.slurm_nodes if snap.slurm_nodes is not None else frozenset(snap.slurm_to_k8s)
+    if known and by_placement >= known:
+        full = {n: why for n in sorted(known)
+                if (why := placement.why_excluded(pod, snap, n)).startswith(placement.NO_ROOM)}
+        if full:  # room frees up as Pods end: wait, rather than send a job no node can run
+            said = "; ".join(f"{n}: {why}" for n, why in list(full.items())[:3])
+            raise NoRoom(f"no Node has room for the Pod now ({said}"
+                              + (f"; and {len(full) - 3} more" if len(full) > 3 else "")
+                              + "); waiting")
+    if conflict := sorted(set(requested["required_nodes"]) & set(excluded)):
+        reasons = {n: ("in excluded-nodes" if n in requested["excluded_nodes"]
+                       else placement.why_excluded(pod, snap, n)) for n in conflict}
+        said = "; ".join(f"{n}: {why}" for n, why in reasons.items())
+        if all(placement.passes(why) for why in reasons.values()):
+            raise NotYet(f"required node(s) not usable yet ({said}); waiting")
+        raise Unschedulable("PlacementConflict",
+                            f"required node(s) excluded ({said}): Slurm would refuse the job "
+                            "('Invalid node name specified'); change the Pod")
+    if excluded:
+        job["excluded_nodes"] = excluded
+    if requested["required_nodes"]:
+        job["required_nodes"] = requested["required_nodes"]
+    return job
+
+
+def _gpus(tres: str | None) -> int:
+    return int(tres.rsplit(":", 1)[1]) if tres else 0
+
+
+def gang_job_description(members: list[dict[str, Any]], gang: PodIdentity,
+                         snap: placement.Snapshot) -> dict[str, Any]:
+    """One job for a gang: its members' jobs (rank order, from :func:`job_description`) made
+    one, with a node per member and one task per node. Each node gets what the largest
+    member asks; the Slurm-side fields (account, partition, ...) are rank 0's; the nodes a
+    member cannot use are left out for all."""
+    count = len(members)
+    job = dict(members[0])
+    extra = job_extra(gang)
+    job.update(name=job_name(gang), admin_comment=admin_comment(gang), extra=extra,
+               nodes=str(count), minimum_nodes=count, maximum_nodes=count, tasks=count,
+               cpus_per_task=max(m["cpus_per_task"] for m in members),
+               memory_per_node={"set": True, "number": max(
+                   m["memory_per_node"]["number"] for m in members)})
+    job["environment"] = [
+        *(line for line in job["environment"] if not line.startswith(
+            ("SUNK_JOB_EXTRA=", "SUNK_POD_NAMESPACE=", "SUNK_POD_NAME=", "SUNK_POD_UID="))),
+        f"SUNK_JOB_EXTRA={extra}", f"SUNK_POD_NAMESPACE={gang.namespace}",
+        f"SUNK_POD_NAME={gang.name}", f"SUNK_POD_UID={gang.uid}"]
+    tres = sorted({m["tres_per_node"] for m in members if m.get("tres_per_node")},
+                  key=_gpus)
+    if tres:
+        most = _gpus(tres[-1])
+        typed = {t.rsplit(":", 1)[0] for t in tres}
+        job["tres_per_node"] = tres[-1] if len(typed) == 1 else f"gres/gpu:{most}"
+    excluded = sorted({n for m in members for n in m.get("excluded_nodes") or ()})
+    required = sorted({n for m in members for n in m.get("required_nodes") or ()})
+    job.pop("excluded_nodes", None)
+    job.pop("required_nodes", None)
+    if conflict := set(required) & set(excluded):
+        raise Unschedulable("PlacementConflict",
+                            f"one member requires node(s) {', '.join(sorted(conflict))} that "
+                            "another member cannot use")
+    known = snap.slurm_nodes if snap.slurm_nodes is not None else frozenset(snap.slurm_to_k8s)
+    if known and len(known) < count:
+        raise Unschedulable("GangTooLarge", f"the gang needs {count} nodes; Slurm has "
+                                            f"{len(known)}")
+    usable = set(known) - set(excluded)
+    if known and len(usable) < count:
+        raise NoRoom(f"the gang needs {count} nodes; only {len(usable)} can take every member "
+                     "now; waiting")
+    if excluded:
+        job["excluded_nodes"] = excluded
+    if required:
+        job["required_nodes"] = required
+    return job

@@ -1,0 +1,1 @@
+"""The process itself: its servers, background tasks, metrics, memory and profiles."""
