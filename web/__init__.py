@@ -7,6 +7,7 @@ the scheduler's event loop (never in a thread): the caches it reads are mutated 
 and reading them between two awaits is what keeps the reads consistent.
 """
 
-from web.app import auth_from_env, create_app
+from web.app import create_app
+from web.auth import auth_from_env
 
 __all__ = ["auth_from_env", "create_app"]

@@ -9,24 +9,18 @@ so this package imports no client), and at most once per :data:`EVENTS_TTL` per 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import datetime
-import os
-import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Final, TypedDict
+from typing import Annotated, Any, Final
 from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from litestar import Litestar, get
 from litestar.config.compression import CompressionConfig
-from litestar.enums import ScopeType
 from litestar.exceptions import NotFoundException
-from litestar.middleware import ASGIMiddleware
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.params import FromPath, QueryParameter
@@ -35,17 +29,9 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.response import Redirect, Template
 from litestar.static_files import create_static_files_router
 from litestar.template import TemplateConfig
-from litestar.types import (
-    ASGIApp,
-    HTTPResponseBodyEvent,
-    HTTPResponseStartEvent,
-    Message,
-    Receive,
-    Scope,
-    Send,
-)
 
 from web import gangs, nodes, pods, policies, trends
+from web.auth import Guard
 from web.formatting import clock, duration, mebibytes, pretty_json
 from web.protocol import SchedulerView
 from web.summary import summary
@@ -80,95 +66,6 @@ MAX_OFFSET: Final = 1_000_000_000
 
 #: (namespace, name, uid) -> the Pod's Events, newest first, or why they could not be read.
 EventSource = Callable[[str, str, str], Awaitable[list[EventView] | str]]
-
-#: Served with every response: the pages show user input (Pod names, annotations, messages),
-#: so scripts run only from our own origin, even if escaping ever failed.
-SECURITY_HEADERS: Final = (
-    (b"content-security-policy",
-     b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-     b"connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"),
-    (b"x-content-type-options", b"nosniff"),
-    (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
-)
-
-
-# -- authentication ------------------------------------------------------------------------------
-
-
-class DashboardAuth(TypedDict):
-    auth_token: str | None
-    basic_auth: tuple[str, str] | None
-
-
-def auth_from_env(environ: Mapping[str, str] | None = None) -> DashboardAuth:
-    """``SUNK_DASHBOARD_TOKEN`` (a bearer token) and ``SUNK_DASHBOARD_BASIC_AUTH``
-    (``user:password``), as a Secret mounted as environment provides them. A malformed value
-    raises: a typo must not silently serve the dashboard without authentication."""
-    env = os.environ if environ is None else environ
-    token = env.get("SUNK_DASHBOARD_TOKEN", "").strip() or None
-    basic: tuple[str, str] | None = None
-    if raw := env.get("SUNK_DASHBOARD_BASIC_AUTH", "").strip():
-        user, sep, password = raw.partition(":")
-        if not sep or not user or not password:
-            raise ValueError("SUNK_DASHBOARD_BASIC_AUTH must be user:password")
-        basic = (user, password)
-    return {"auth_token": token, "basic_auth": basic}
-
-
-class _Guard(ASGIMiddleware):
-    """Refuses requests without the configured credentials (401), and adds the security headers
-    to every response. Credentials are compared in constant time."""
-
-    scopes = (ScopeType.HTTP,)
-
-    def __init__(self, token: str | None, basic: tuple[str, str] | None) -> None:
-        self.token = token.encode() if token else None
-        self.basic = (basic[0].encode(), basic[1].encode()) if basic else None
-        challenges: list[tuple[bytes, bytes]] = []
-        if self.basic:  # first: browsers prompt for the first scheme they know
-            challenges.append((b"www-authenticate", b'Basic realm="sunk", charset="UTF-8"'))
-        if self.token:
-            challenges.append((b"www-authenticate", b'Bearer realm="sunk"'))
-        self.challenges = challenges
-
-    def _allowed(self, scope: Scope) -> bool:
-        if self.token is None and self.basic is None:
-            return True
-        header = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        scheme, _, credentials = header.partition(b" ")
-        scheme, credentials = scheme.lower(), credentials.strip()
-        if scheme == b"bearer" and self.token is not None:
-            return secrets.compare_digest(credentials, self.token)
-        if scheme == b"basic" and self.basic is not None:
-            try:
-                decoded = base64.b64decode(credentials, validate=True)
-            except (binascii.Error, ValueError):
-                return False
-            user, sep, password = decoded.partition(b":")
-            ok_user = secrets.compare_digest(user, self.basic[0])
-            ok_password = secrets.compare_digest(password, self.basic[1])
-            return bool(sep) and ok_user and ok_password
-        return False
-
-    async def handle(self, scope: Scope, receive: Receive, send: Send, next_app: ASGIApp) -> None:
-        async def send_secured(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), *SECURITY_HEADERS]
-            await send(message)
-
-        if self._allowed(scope):
-            await next_app(scope, receive, send_secured)
-            return
-        body = b"authentication required\n"
-        start: HTTPResponseStartEvent = {
-            "type": "http.response.start", "status": 401,
-            "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                        (b"content-length", str(len(body)).encode()), *self.challenges]}
-        await send_secured(start)
-        end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body,
-                                      "more_body": False}
-        await send(end)
 
 
 # -- Events of one Pod ---------------------------------------------------------------------------
@@ -275,7 +172,7 @@ def paging(listing: PodList, url: Callable[[int], str]) -> Paging:
 def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
                basic_auth: tuple[str, str] | None = None) -> Litestar:
     """The dashboard of ``scheduler``; ``auth_token`` and ``basic_auth`` as
-    :func:`auth_from_env` reads them (neither: no authentication)."""
+    :func:`web.auth.auth_from_env` reads them (neither: no authentication)."""
     fetch_events = cached_events(scheduler)
     header_plots = trends.cached_plots(scheduler)
 
@@ -435,7 +332,7 @@ def create_app(scheduler: SchedulerView, *, auth_token: str | None = None,
         # port-forward; level 6 costs a few ms where 9 costs several times more.
         compression_config=CompressionConfig(backend="gzip", minimum_size=2048,
                                              gzip_compress_level=6),
-        middleware=[_Guard(auth_token, basic_auth)],
+        middleware=[Guard(auth_token, basic_auth)],
         openapi_config=OpenAPIConfig(
             title="sunk dashboard", version="v1", path="/schema",
             description="Read-only views of what the sunk scheduler is doing.",

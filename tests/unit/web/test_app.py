@@ -11,7 +11,8 @@ from litestar import Litestar
 from litestar.testing import AsyncTestClient
 
 from web import app
-from web.app import _environment, auth_from_env
+from web.app import _environment
+from web.auth import auth_from_env
 from web.formatting import duration, mebibytes
 
 from .conftest import GANG_SCRIPT, SCRIPT, MakeClient
