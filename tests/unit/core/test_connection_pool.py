@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from sunk import http
+from sunk.http import pool as connection_pool
 from testbed import pki
 
 FAST = http.Timeout(read=5, connect=5)
@@ -216,7 +217,7 @@ async def test_a_connection_closed_while_the_loop_was_not_reading_is_not_used_ag
     """Between two tests the server's close waits unread on the socket (held here by pausing
     the reading): a POST sent on that connection failed (CI, after a test that restarted the
     API server). Looked at once idle for LOOK_AFTER."""
-    monkeypatch.setattr(http, "LOOK_AFTER", look_after)
+    monkeypatch.setattr(connection_pool, "LOOK_AFTER", look_after)
     async with serving(always(OK)) as server, pool_for(server.url) as pool:
         server.close_after_answer = True
         await pool.call("POST", server.url + "/", headers={}, body=b"1", timeouts=FAST)
@@ -236,15 +237,15 @@ async def test_a_connection_closed_while_the_loop_was_not_reading_is_not_used_ag
 async def test_a_kept_open_connection_the_server_has_not_closed_is_used_again(
         monkeypatch: pytest.MonkeyPatch, look_after: float) -> None:
     """Looked at only once idle for LOOK_AFTER: a burst's calls do not pay for the look."""
-    monkeypatch.setattr(http, "LOOK_AFTER", look_after)
-    looks: list[http._Connection] = []
-    heard_from = http._Connection.heard_from
+    monkeypatch.setattr(connection_pool, "LOOK_AFTER", look_after)
+    looks: list[connection_pool._Connection] = []
+    heard_from = connection_pool._Connection.heard_from
 
-    def looked_at(connection: http._Connection) -> bool:
+    def looked_at(connection: connection_pool._Connection) -> bool:
         looks.append(connection)
         return heard_from(connection)
 
-    monkeypatch.setattr(http._Connection, "heard_from", looked_at)
+    monkeypatch.setattr(connection_pool._Connection, "heard_from", looked_at)
     async with serving(always(OK)) as server, pool_for(server.url) as pool:
         for _ in range(3):
             await pool.call("POST", server.url + "/", headers={}, body=b"x", timeouts=FAST)
@@ -413,7 +414,7 @@ async def test_connections_unused_for_a_while_are_closed_without_a_call_to_notic
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A burst opens many connections; once it is over, they do not stay open (each held its
     TLS buffers, and a socket on the server, for as long as the scheduler ran)."""
-    monkeypatch.setattr(http, "KEEP_IDLE", 0.2)
+    monkeypatch.setattr(connection_pool, "KEEP_IDLE", 0.2)
     async with serving(always(OK)) as server, pool_for(server.url) as pool:
         server.hold = asyncio.Event()
         calls = [asyncio.create_task(pool.call("GET", server.url + "/", headers={}, body=None,
@@ -445,14 +446,14 @@ async def test_a_closed_connection_is_freed_without_waiting_for_the_garbage_coll
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Its parser and transport refer back to it: unbroken, the cycles held each closed
     connection (and, under TLS, its buffers) until a full collection, which is rare."""
-    made: list[weakref.ref[http._Connection]] = []
+    made: list[weakref.ref[connection_pool._Connection]] = []
 
-    class Tracked(http._Connection):
+    class Tracked(connection_pool._Connection):
         def __init__(self) -> None:
             super().__init__()
             made.append(weakref.ref(self))
 
-    monkeypatch.setattr(http, "_Connection", Tracked)
+    monkeypatch.setattr(connection_pool, "_Connection", Tracked)
     reply = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"
     gc.disable()
     try:
