@@ -16,6 +16,8 @@ import functools
 import logging
 import os
 import signal
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import uvloop
 from pydantic import ValidationError
@@ -52,8 +54,13 @@ def _leader_label(settings: Settings, api: kube.Client) -> leader.PodLabel:
                            pod=os.environ.get("POD_NAME"), key=settings.annotation("leader"))
 
 
-def _election(settings: Settings, api: kube.Client,
-              ) -> tuple[leader.LeaderElector, leader.PodLabel] | None:
+#: The leader elector and the leader label on our own Pod (with --leader-elect).
+_Election = tuple[leader.LeaderElector, leader.PodLabel]
+#: What keeps the policies up to date: a watch of their directory or of their ConfigMap.
+_PolicyWatch = Callable[[], Coroutine[Any, Any, None]]
+
+
+def _election(settings: Settings, api: kube.Client) -> _Election | None:
     """The leader elector and the leader label on our own Pod, with --leader-elect."""
     if not settings.leader_elect:
         return None
@@ -68,9 +75,93 @@ def _election(settings: Settings, api: kube.Client,
     return elector, _leader_label(settings, api)
 
 
+def _policy_settings(settings: Settings) -> dict[str, Any]:
+    """The ``settings`` every policy's expressions may read."""
+    return {"killWaitSeconds": int(settings.slurm_kill_wait),
+            "annotationPrefix": settings.annotation_prefix}
+
+
+async def _configmap_policies(api: kube.Client, ref: str, own_namespace: str,
+                              policy_settings: dict[str, Any],
+                              ) -> tuple[PolicyStore, _PolicyWatch]:
+    """The policies of the ConfigMap ``ref`` (--policies-configmap), and the watch that
+    reloads them as it changes."""
+    namespace, name = policywatch.configmap_ref(ref, own_namespace)
+    policies = await policywatch.load(api, namespace, name, policy_settings)
+    return policies, policywatch.ConfigMapPolicies(api, namespace, name, policies).run
+
+
+def _readiness(election: _Election | None, parts: Parts) -> tuple[bool, str]:
+    """Ready: leading (or a healthy standby), caches synced, and both the API server
+    and Slurm answering; else what is missing, one line each."""
+    if election is not None and not election[0].leading:
+        return election[0].standby_status()
+    if not parts.ready.is_set():
+        return False, "starting: caches not synced yet"
+    missing = []
+    if problem := parts.cluster.health.kube_problem():
+        missing.append(f"API server: {problem}")
+    if problem := parts.cluster.health.slurm_problem():
+        missing.append(f"Slurm: {problem}")
+    return (False, "\n".join(missing)) if missing else (True, "ok")
+
+
+def _start_upkeep(tasks: asyncio.TaskGroup, settings: Settings,
+                  ready: Callable[[], tuple[bool, str]]) -> None:
+    """What every replica runs, a standby too: probes, metrics and the heap's upkeep."""
+    tasks.create_task(serve(probes_app(ready), settings.health_probe_bind_address))
+    tasks.create_task(serve(metrics_app(), settings.metrics_bind_address))
+    metrics.watch_gc()
+    tasks.create_task(metrics.watch_loop_lag())
+    heap.collect_young_less_often()
+    tasks.create_task(heap.FreezeSurvivors().run())
+
+
+async def _lead(tasks: asyncio.TaskGroup, election: _Election | None,
+                sole: leader.PodLabel) -> None:
+    """Become the leader (waiting for the Lease, with leader election) and label our Pod so."""
+    if election is None:
+        await sole.set(True)
+        return
+    # A standby serves probes and metrics only; the leader does everything else.
+    # A label left by an earlier run of this Pod must not route hooks here.
+    elector, label = election
+    await label.set(False)
+    await elector.acquire()
+    await label.set(True)
+    tasks.create_task(_hold(elector))
+
+
+def _start_leading(tasks: asyncio.TaskGroup, settings: Settings, parts: Parts,
+                   watch_policies: _PolicyWatch) -> None:
+    """What only the leader runs: the loops, the hook API, the policies' watch, the dashboard."""
+    tasks.create_task(parts.scheduler.run())
+    if parts.syncer is not None:
+        tasks.create_task(parts.syncer.run())
+    tasks.create_task(serve_hooks(
+        create_hooks_app(parts.hooks, keys=parts.keys, locks=parts.syncer),
+        settings.hooks_api_bind_address, max_body=MAX_BODY))
+    tasks.create_task(watch_policies())
+    tasks.create_task(serve(create_app(parts.dashboard, **settings.dashboard_auth()),
+                            settings.dashboard_bind_address))
+    tasks.create_task(parts.dashboard.record_trends())
+
+
+async def _step_down(parts: Parts | None, election: _Election | None,
+                     sole: leader.PodLabel) -> None:
+    """Stop taking work, and hand the lead over (or take our Pod's label off)."""
+    if parts is not None:
+        parts.scheduler.queue.close()
+    if election is None:
+        await sole.set(False)
+    elif election[0].leading:
+        # Graceful stop: everything above has stopped, so a successor cannot overlap us.
+        await election[1].set(False)
+        await election[0].release()
+
+
 async def run(settings: Settings) -> None:
-    policy_settings = {"killWaitSeconds": int(settings.slurm_kill_wait),
-                       "annotationPrefix": settings.annotation_prefix}
+    policy_settings = _policy_settings(settings)
     if settings.policies_configmap is None:
         policies = PolicyStore.from_directory(settings.policies_dir, settings=policy_settings)
     api = await kube.connect_waiting(settings.kubeconfig)
@@ -80,66 +171,21 @@ async def run(settings: Settings) -> None:
     sole = _leader_label(settings, api)  # without leader election: this replica leads
     parts: Parts | None = None
     try:
+        watch_policies: _PolicyWatch
         if settings.policies_configmap is not None:
-            namespace, name = policywatch.configmap_ref(settings.policies_configmap,
-                                                        settings.own_namespace())
-            policies = await policywatch.load(api, namespace, name, policy_settings)
-            watch_policies = policywatch.ConfigMapPolicies(api, namespace, name, policies).run
+            policies, watch_policies = await _configmap_policies(
+                api, settings.policies_configmap, settings.own_namespace(), policy_settings)
         else:
             watch_policies = functools.partial(policies.watch_directory, settings.policies_dir)
         parts = built = assemble(settings, api, slurm, policies)
-
-        def ready() -> tuple[bool, str]:
-            """Ready: leading (or a healthy standby), caches synced, and both the API server
-            and Slurm answering; else what is missing, one line each."""
-            if election is not None and not election[0].leading:
-                return election[0].standby_status()
-            if not built.ready.is_set():
-                return False, "starting: caches not synced yet"
-            missing = []
-            if problem := built.cluster.health.kube_problem():
-                missing.append(f"API server: {problem}")
-            if problem := built.cluster.health.slurm_problem():
-                missing.append(f"Slurm: {problem}")
-            return (False, "\n".join(missing)) if missing else (True, "ok")
-
         async with asyncio.TaskGroup() as tasks:
-            tasks.create_task(serve(probes_app(ready), settings.health_probe_bind_address))
-            tasks.create_task(serve(metrics_app(), settings.metrics_bind_address))
-            metrics.watch_gc()
-            tasks.create_task(metrics.watch_loop_lag())
-            heap.collect_young_less_often()
-            tasks.create_task(heap.FreezeSurvivors().run())
-            if election is not None:
-                # A standby serves probes and metrics only; the leader does everything else.
-                # A label left by an earlier run of this Pod must not route hooks here.
-                await election[1].set(False)
-                await election[0].acquire()
-                await election[1].set(True)
-                tasks.create_task(_hold(election[0]))
-            else:
-                await sole.set(True)
-            tasks.create_task(built.scheduler.run())
-            if built.syncer is not None:
-                tasks.create_task(built.syncer.run())
-            tasks.create_task(serve_hooks(
-                create_hooks_app(built.hooks, keys=built.keys, locks=built.syncer),
-                settings.hooks_api_bind_address, max_body=MAX_BODY))
-            tasks.create_task(watch_policies())
-            tasks.create_task(serve(create_app(built.dashboard, **settings.dashboard_auth()),
-                                    settings.dashboard_bind_address))
-            tasks.create_task(built.dashboard.record_trends())
+            _start_upkeep(tasks, settings, functools.partial(_readiness, election, built))
+            await _lead(tasks, election, sole)
+            _start_leading(tasks, settings, built, watch_policies)
     except* leader.LeadershipLost as lost:
         raise leader.LeadershipLost(str(lost.exceptions[0])) from None
     finally:
-        if parts is not None:
-            parts.scheduler.queue.close()
-        if election is None:
-            await sole.set(False)
-        elif election[0].leading:
-            # Graceful stop: everything above has stopped, so a successor cannot overlap us.
-            await election[1].set(False)
-            await election[0].release()
+        await _step_down(parts, election, sole)
         await slurm.aclose()
         await kube.close(api)
 

@@ -47,55 +47,17 @@ def plan_pod(facts: PodFacts) -> do.Plan:
     job = None if facts.refitted else facts.job  # a job cancelled to refit holds nothing
     first: list[do.PodAction] = []
     if owned.ignored and not facts.told_ignored:
-        what = "; ".join(f"{k}: {why}" for k, why in owned.ignored.items())
-        first.append(do.ReportIgnored(
-            f"only the scheduler writes these, for this Pod alone: {what}. "
-            + (f"Its job is {owned.job_id}." if owned.job_id is not None
-               else "The Pod is bound already and is left where it is." if view.bound
-               else "The Pod is scheduled from scratch.")))
+        first.append(_report_ignored(owned, bound=view.bound))
     step = decide(view, job)
     if facts.refitted and view.job_id is not None and facts.job is not None and (
             not facts.job.finished):  # its cancel may have failed: never leave it running
         first.append(do.CancelJob(view.job_id, "moved: its Node had no room for the Pod"))
-    if step is Step.SUBMIT and view.job_id is not None and not facts.refitted:
-        what = f"job {view.job_id} " + (
-            "was lost by Slurm before it ran"
-            + (f" ({owned.lost})" if owned.lost else "")
-            if job is None
-            else f"is held by Slurm after its launch failed ({job.reason})"
-            if job.state == "PENDING" else f"{job.state.lower()} before it started")
-        if job is not None and not job.finished:  # held: it goes before its successor comes
-            first.append(do.CancelJob(view.job_id, f"held after its launch failed "
-                                                   f"({job.reason}); replaced"))
-        if view.job_id not in facts.replaced:  # counted once per lost job, not per retry
-            if len(facts.replaced) >= MAX_RESUBMITS:
-                return do.Plan((*first, do.DeletePod(
-                    f"{what}, the {MAX_RESUBMITS + 1}th lost job")))
-            first += [do.Replace(view.job_id), do.PodEvent(
-                "SlurmJobLost", f"{what}; submitting a new one (try {len(facts.replaced) + 1} "
-                f"of {MAX_RESUBMITS})", warning=True)]
     if step is Step.SUBMIT:
-        return do.Plan(tuple(first), submit=True)
+        return _plan_submit(facts, job, first)
     if owned.write and view.job_id is not None:  # adopted, or a wrong job-id repaired
         first.append(do.Annotate(dict(owned.write), note=f"adopted job {view.job_id}"))
     if step is Step.BIND and job is not None and view.job_id is not None:
-        if facts.k8s_node is None:
-            first += [do.PodEvent("NoNodeForSlurmNode",
-                                  f"no slurmd Pod has hostname {job.node}; waiting",
-                                  warning=True),
-                      do.RetryLater(f"Slurm node {job.node} has no slurmd Pod")]
-        elif facts.no_room:
-            why = (f"Slurm ran job {view.job_id} on {job.node}, but Node {facts.k8s_node} has "
-                   f"no room for the Pod ({'; '.join(facts.no_room)}): the kubelet would refuse "
-                   "it")
-            first += [do.PodEvent("NoRoomOnNode", f"{why}. The job is cancelled and the Pod "
-                                  "submitted again when a Node has room.", warning=True),
-                      do.Refit(view.job_id, why)]
-            if facts.not_counted:
-                first.append(do.ReportNotCounted(facts.k8s_node, job.node, view.job_id,
-                                                 facts.not_counted))
-        else:
-            first.append(do.Bind(facts.k8s_node, job.node, view.job_id))
+        first += _plan_bind(facts, job, view.job_id)
     elif step is Step.CANCEL_JOB and view.job_id is not None:
         first.append(do.CancelJob(view.job_id, "its Pod is being deleted" if view.deleting
                                   else f"its Pod is {view.phase.lower()}"))
@@ -108,6 +70,62 @@ def plan_pod(facts: PodFacts) -> do.Plan:
                 else "is no longer in Slurm (ended and purged, or lost)")
             + ": Slurm no longer counts the Pod on its node", reason="SlurmJobLost"))
     return do.Plan(tuple(first))
+
+
+def _report_ignored(owned: ownership.Ownership, *, bound: bool) -> do.ReportIgnored:
+    """Tell the Pod that the annotations only the scheduler writes were not believed."""
+    what = "; ".join(f"{k}: {why}" for k, why in owned.ignored.items())
+    return do.ReportIgnored(
+        f"only the scheduler writes these, for this Pod alone: {what}. "
+        + (f"Its job is {owned.job_id}." if owned.job_id is not None
+           else "The Pod is bound already and is left where it is." if bound
+           else "The Pod is scheduled from scratch."))
+
+
+def _plan_submit(facts: PodFacts, job: JobView | None, first: list[do.PodAction]) -> do.Plan:
+    """A new job, after the actions ``first``. One that replaces a lost or held job is counted
+    (once per lost job, not per retry); past :data:`MAX_RESUBMITS` the Pod is deleted."""
+    view, owned = facts.view, facts.owned
+    if view.job_id is None or facts.refitted:
+        return do.Plan(tuple(first), submit=True)
+    what = f"job {view.job_id} " + (
+        "was lost by Slurm before it ran"
+        + (f" ({owned.lost})" if owned.lost else "")
+        if job is None
+        else f"is held by Slurm after its launch failed ({job.reason})"
+        if job.state == "PENDING" else f"{job.state.lower()} before it started")
+    actions = list(first)
+    if job is not None and not job.finished:  # held: it goes before its successor comes
+        actions.append(do.CancelJob(view.job_id, f"held after its launch failed "
+                                                 f"({job.reason}); replaced"))
+    if view.job_id not in facts.replaced:
+        if len(facts.replaced) >= MAX_RESUBMITS:
+            return do.Plan((*actions, do.DeletePod(
+                f"{what}, the {MAX_RESUBMITS + 1}th lost job")))
+        actions += [do.Replace(view.job_id), do.PodEvent(
+            "SlurmJobLost", f"{what}; submitting a new one (try {len(facts.replaced) + 1} "
+            f"of {MAX_RESUBMITS})", warning=True)]
+    return do.Plan(tuple(actions), submit=True)
+
+
+def _plan_bind(facts: PodFacts, job: JobView, job_id: int) -> list[do.PodAction]:
+    """Slurm started the job: bind the Pod to the job's Node, unless no Kubernetes Node hosts
+    the job's Slurm node (wait) or that Node has no room for the Pod (the job is refit)."""
+    if facts.k8s_node is None:
+        return [do.PodEvent("NoNodeForSlurmNode",
+                            f"no slurmd Pod has hostname {job.node}; waiting", warning=True),
+                do.RetryLater(f"Slurm node {job.node} has no slurmd Pod")]
+    if not facts.no_room:
+        return [do.Bind(facts.k8s_node, job.node, job_id)]
+    why = (f"Slurm ran job {job_id} on {job.node}, but Node {facts.k8s_node} has "
+           f"no room for the Pod ({'; '.join(facts.no_room)}): the kubelet would refuse it")
+    actions: list[do.PodAction] = [
+        do.PodEvent("NoRoomOnNode", f"{why}. The job is cancelled and the Pod submitted again "
+                    "when a Node has room.", warning=True),
+        do.Refit(job_id, why)]
+    if facts.not_counted:
+        actions.append(do.ReportNotCounted(facts.k8s_node, job.node, job_id, facts.not_counted))
+    return actions
 
 
 def plan_deleted(job_id: int, job: JobView | None) -> tuple[do.CancelJob, ...]:

@@ -107,11 +107,26 @@ def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
         requests = fit.pod_requests(pod)
     except ValueError as exc:
         raise InvalidPod(str(exc)) from exc
+    job = _placeholder_job(who, requests, settings)
+    if gpus := requests.get(settings.gpu_resource, 0):
+        job["tres_per_node"] = _gres(pod, gpus, snap, settings)
+    job.update(_mapped_fields(mappings))
+    excluded, required = _placement_nodes(pod, mappings, snap)
+    if excluded:
+        job["excluded_nodes"] = excluded
+    if required:
+        job["required_nodes"] = required
+    return job
+
+
+def _placeholder_job(who: PodIdentity, requests: Mapping[str, int],
+                     settings: TranslateSettings) -> dict[str, Any]:
+    """The job as the Pod alone makes it: its name and marks, its CPUs and memory, the
+    placeholder script and what that script is told; run as root until a mapping says who."""
     cpus = max(1, math.ceil(requests.get("cpu", 0) / 1000))  # millicores, rounded up
     memory_mib = max(1, math.ceil(requests.get("memory", 0) / 2**20))
-    gpus = requests.get(settings.gpu_resource, 0)
     extra = job_extra(who)
-    job: dict[str, Any] = {
+    return {
         "name": job_name(who),
         "admin_comment": admin_comment(who),
         "script": f"#!/bin/sh\nexec {settings.placeholder_script}\n",
@@ -133,47 +148,75 @@ def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
         "user_id": "0",
         "group_id": "0",
     }
-    if gpus:
-        job["tres_per_node"] = _gres(pod, gpus, snap, settings)
+
+
+def _mapped_fields(mappings: Mapping[str, Any]) -> dict[str, Any]:
+    """The job's fields the policies' mappings set (the node lists aside), as the job takes
+    them; a mapping that is None or empty sets nothing."""
+    fields: dict[str, Any] = {}
     for key in _STRING_FIELDS:
         if (value := mappings.get(key)) not in (None, ""):
-            job[key] = str(value)
+            fields[key] = str(value)
     for key in _NUMBER_FIELDS:
         if (value := mappings.get(key)) is not None:
-            job[key] = {"set": True, "number": _whole_number(key, value)}
+            fields[key] = {"set": True, "number": _whole_number(key, value)}
     if (shared := mappings.get("shared")) not in (None, ""):
-        job["shared"] = [str(shared)]
+        fields["shared"] = [str(shared)]
     if (uid := mappings.get("user_id")) not in (None, ""):
-        job["user_id"] = str(uid)
-        job["group_id"] = str(uid)  # a user id without a group id uses it as the group id
+        fields["user_id"] = str(uid)
+        fields["group_id"] = str(uid)  # a user id without a group id uses it as the group id
     if (gid := mappings.get("group_id")) not in (None, ""):
-        job["group_id"] = str(gid)
+        fields["group_id"] = str(gid)
+    return fields
+
+
+def _known_nodes(snap: placement.Snapshot) -> frozenset[str]:
+    """Slurm's nodes (those mapped to a Kubernetes Node, until Slurm's own list is read)."""
+    return snap.slurm_nodes if snap.slurm_nodes is not None else frozenset(snap.slurm_to_k8s)
+
+
+def _placement_nodes(pod: Mapping[str, Any], mappings: Mapping[str, Any],
+                     snap: placement.Snapshot) -> tuple[list[str], list[str]]:
+    """The job's excluded and required nodes: those the mappings name, and the nodes the Pod
+    cannot be placed on. Raises NoRoom, NotYet or Unschedulable when no job can run now."""
     requested = {k: [str(n) for n in mappings.get(k) or []] for k in _LIST_FIELDS}
     by_placement = set(placement.excluded_slurm_nodes(pod, snap))
     excluded = sorted(set(requested["excluded_nodes"]) | by_placement)
-    known = snap.slurm_nodes if snap.slurm_nodes is not None else frozenset(snap.slurm_to_k8s)
+    known = _known_nodes(snap)
     if known and by_placement >= known:
-        full = {n: why for n in sorted(known)
-                if (why := placement.why_excluded(pod, snap, n)).startswith(placement.NO_ROOM)}
-        if full:  # room frees up as Pods end: wait, rather than send a job no node can run
-            said = "; ".join(f"{n}: {why}" for n, why in list(full.items())[:3])
-            raise NoRoom(f"no Node has room for the Pod now ({said}"
-                              + (f"; and {len(full) - 3} more" if len(full) > 3 else "")
-                              + "); waiting")
-    if conflict := sorted(set(requested["required_nodes"]) & set(excluded)):
-        reasons = {n: ("in excluded-nodes" if n in requested["excluded_nodes"]
-                       else placement.why_excluded(pod, snap, n)) for n in conflict}
-        said = "; ".join(f"{n}: {why}" for n, why in reasons.items())
-        if all(placement.passes(why) for why in reasons.values()):
-            raise NotYet(f"required node(s) not usable yet ({said}); waiting")
-        raise Unschedulable("PlacementConflict",
-                            f"required node(s) excluded ({said}): Slurm would refuse the job "
-                            "('Invalid node name specified'); change the Pod")
-    if excluded:
-        job["excluded_nodes"] = excluded
-    if requested["required_nodes"]:
-        job["required_nodes"] = requested["required_nodes"]
-    return job
+        _wait_for_room(pod, snap, known)
+    _check_required(pod, snap, requested["required_nodes"], requested["excluded_nodes"],
+                    excluded)
+    return excluded, requested["required_nodes"]
+
+
+def _wait_for_room(pod: Mapping[str, Any], snap: placement.Snapshot,
+                   known: frozenset[str]) -> None:
+    """Every node is excluded for the Pod: if some only lack room, raise NoRoom. Room frees up
+    as Pods end: the Pod waits, rather than send a job no node can run."""
+    full = {n: why for n in sorted(known)
+            if (why := placement.why_excluded(pod, snap, n)).startswith(placement.NO_ROOM)}
+    if full:
+        said = "; ".join(f"{n}: {why}" for n, why in list(full.items())[:3])
+        raise NoRoom(f"no Node has room for the Pod now ({said}"
+                          + (f"; and {len(full) - 3} more" if len(full) > 3 else "")
+                          + "); waiting")
+
+
+def _check_required(pod: Mapping[str, Any], snap: placement.Snapshot, required: list[str],
+                    asked_excluded: list[str], excluded: list[str]) -> None:
+    """A required node that is also excluded: NotYet if each such node may yet become usable,
+    else Unschedulable (Slurm would refuse the job)."""
+    if not (conflict := sorted(set(required) & set(excluded))):
+        return
+    reasons = {n: ("in excluded-nodes" if n in asked_excluded
+                   else placement.why_excluded(pod, snap, n)) for n in conflict}
+    said = "; ".join(f"{n}: {why}" for n, why in reasons.items())
+    if all(placement.passes(why) for why in reasons.values()):
+        raise NotYet(f"required node(s) not usable yet ({said}); waiting")
+    raise Unschedulable("PlacementConflict",
+                        f"required node(s) excluded ({said}): Slurm would refuse the job "
+                        "('Invalid node name specified'); change the Pod")
 
 
 def _gpus(tres: str | None) -> int:
@@ -213,7 +256,7 @@ def gang_job_description(members: list[dict[str, Any]], gang: PodIdentity,
         raise Unschedulable("PlacementConflict",
                             f"one member requires node(s) {', '.join(sorted(conflict))} that "
                             "another member cannot use")
-    known = snap.slurm_nodes if snap.slurm_nodes is not None else frozenset(snap.slurm_to_k8s)
+    known = _known_nodes(snap)
     if known and len(known) < count:
         raise Unschedulable("GangTooLarge", f"the gang needs {count} nodes; Slurm has "
                                             f"{len(known)}")

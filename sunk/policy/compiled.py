@@ -29,7 +29,17 @@ from sunk.policy.cel import (
     type_name,
 )
 from sunk.policy.decision import EvaluationError, MappingValue, Outcome, Violation
-from sunk.policy.model import Action, Origin, PolicyDocument, PolicyIssue, PolicyLoadError
+from sunk.policy.model import (
+    Action,
+    FieldMapping,
+    MatchCondition,
+    Origin,
+    PolicyDocument,
+    PolicyIssue,
+    PolicyLoadError,
+    Validation,
+    Variable,
+)
 
 POLICY_ERROR_REASON: Final = "PolicyError"
 MAX_MESSAGE_LENGTH: Final = 1024  # an Event's note is at most 1 kB
@@ -99,41 +109,12 @@ class CompiledPolicy:
             self.params = to_cel(spec.params)
         except ValueError as error:  # pydantic's JsonValue already excludes this
             self._issue("spec.params", str(error))
-        self.variables: dict[str, Program] = {}
         # What variables.x may name: those defined before (broken ones too, reported once).
         self._scope: list[str] = []
-        for index, variable in enumerate(spec.variables):
-            program = self._compile(f"spec.variables[{index}].expression", variable.expression)
-            if program is not None:
-                self.variables[variable.name] = program
-            self._scope.append(variable.name)
-        self.match_conditions: list[tuple[str, Program]] = []
-        for index, condition in enumerate(spec.match_conditions):
-            where = f"spec.matchConditions[{index}].expression"
-            program = self._compile(where, condition.expression)
-            if program is not None:
-                self.match_conditions.append((where, program))
-        self.validations: list[_Validation] = []
-        for index, validation in enumerate(spec.validations):
-            where = f"spec.validations[{index}]"
-            program = self._compile(f"{where}.expression", validation.expression)
-            message_program = None
-            if validation.message_expression is not None:
-                message_program = self._compile(
-                    f"{where}.messageExpression", validation.message_expression
-                )
-            message = validation.message or f"failed expression: {validation.expression}"
-            if program is not None:
-                self.validations.append(
-                    _Validation(
-                        f"{where}.expression", program, validation.reason, message, message_program
-                    )
-                )
-        self.mappings: list[_Mapping] = []
-        for name, mapping in spec.mappings.items():
-            program = self._compile(f"spec.mappings.{name}.expression", mapping.expression)
-            if program is not None:
-                self.mappings.append(_Mapping(name, program, mapping.type))
+        self.variables = self._compile_variables(spec.variables)
+        self.match_conditions = self._compile_match_conditions(spec.match_conditions)
+        self.validations = self._compile_validations(spec.validations)
+        self.mappings = self._compile_mappings(spec.mappings)
         if self._issues:
             raise PolicyLoadError(self._issues)
         self._validation_programs = [validation.program for validation in self.validations]
@@ -147,6 +128,54 @@ class CompiledPolicy:
         ]
         # What of object and namespaceObject any expression of the policy reads.
         self.reads: frozenset[Read] = frozenset().union(*(p.reads for p in programs))
+
+    def _compile_variables(self, variables: list[Variable]) -> dict[str, Program]:
+        """Each variable in turn, so that each may name only those before it."""
+        compiled: dict[str, Program] = {}
+        for index, variable in enumerate(variables):
+            program = self._compile(f"spec.variables[{index}].expression", variable.expression)
+            if program is not None:
+                compiled[variable.name] = program
+            self._scope.append(variable.name)
+        return compiled
+
+    def _compile_match_conditions(
+        self, conditions: list[MatchCondition]
+    ) -> list[tuple[str, Program]]:
+        compiled: list[tuple[str, Program]] = []
+        for index, condition in enumerate(conditions):
+            where = f"spec.matchConditions[{index}].expression"
+            program = self._compile(where, condition.expression)
+            if program is not None:
+                compiled.append((where, program))
+        return compiled
+
+    def _compile_validations(self, validations: list[Validation]) -> list[_Validation]:
+        compiled: list[_Validation] = []
+        for index, validation in enumerate(validations):
+            where = f"spec.validations[{index}]"
+            program = self._compile(f"{where}.expression", validation.expression)
+            message_program = None
+            if validation.message_expression is not None:
+                message_program = self._compile(
+                    f"{where}.messageExpression", validation.message_expression
+                )
+            message = validation.message or f"failed expression: {validation.expression}"
+            if program is not None:
+                compiled.append(
+                    _Validation(
+                        f"{where}.expression", program, validation.reason, message, message_program
+                    )
+                )
+        return compiled
+
+    def _compile_mappings(self, mappings: Mapping[str, FieldMapping]) -> list[_Mapping]:
+        compiled: list[_Mapping] = []
+        for name, mapping in mappings.items():
+            program = self._compile(f"spec.mappings.{name}.expression", mapping.expression)
+            if program is not None:
+                compiled.append(_Mapping(name, program, mapping.type))
+        return compiled
 
     def _compile(self, where: str, text: str) -> Program | None:
         try:
