@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from sunk import kube
-from sunk.apply.executor import Executor, RetryLater, scheduled_message
+from sunk.apply.binding import scheduled_message
+from sunk.apply.executor import Executor, RetryLater
 from sunk.apply.ports import KubeAPI
 from sunk.hooks.auth import HookKeys
 from sunk.model.cluster import Cluster
@@ -81,6 +82,13 @@ def slurm_error(status: int, number: int, text: str) -> Route:
 
 async def settle(bed: Bed) -> None:
     await asyncio.gather(*bed.executor._background)
+
+
+def answered_by(bed: Bed, api_server: Callable[[httpx.Request], object]) -> None:
+    """A new executor, whose calls to the API server ``api_server`` answers."""
+    bed.executor = Executor(bed.cluster, KubeAPI(kube.Client(
+        FakeCredentials(), transport=MockHttp(api_server)), NAME), bed.executor.slurm,
+        credential=CREDENTIAL, learn=bed.cluster.jobs.learn)
 
 
 async def test_a_submission_carries_the_credential_and_writes_the_job_id(bed: Bed) -> None:
@@ -386,7 +394,7 @@ async def test_a_submission_given_a_lost_jobs_id_wakes_the_pod_that_had_it(bed: 
     woken: list[str] = []
     watch = SlurmWatch(bed.cluster, bed.executor.slurm)  # type: ignore[arg-type]
     watch.wake = lambda who: woken.append(who.key)
-    bed.executor.learn = watch.learn
+    bed.executor.submitter.learn = watch.learn
     earlier = PodIdentity("ns", "q", "bbbb-0002", NAME)
     bed.cluster.jobs.learn(Job(job_id=41, name="", state="PENDING", extra=job_extra(earlier),
                                nodes="", reason="", admin_comment=admin_comment(earlier)))
@@ -466,12 +474,12 @@ async def test_a_refit_cancels_the_job_and_remembers_it(bed: Bed) -> None:
 
 async def test_a_job_id_written_in_the_background_is_tried_again_until_written(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("sunk.apply.executor.ANNOTATE_RETRY", 0.01)
+    monkeypatch.setattr("sunk.apply.annotations.ANNOTATE_RETRY", 0.01)
     answers = iter([httpx.Response(500, json={"message": "etcd timeout"}),
                     httpx.Response(503, json={"message": "overloaded"})])
     bed.kube.routes[("PATCH", "/api/v1/namespaces/ns/pods/p")] = lambda r: next(
         answers, httpx.Response(200, json={"metadata": {"resourceVersion": "7"}}))
-    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"})
+    bed.executor.annotator.write_soon(pod(), {f"{PREFIX}job-id": "41"})
     await settle(bed)
     assert len(bed.kube.calls("PATCH")) == 3
     # written: the watch showing version 7 (or later) ends the assumption
@@ -483,10 +491,10 @@ async def test_a_job_id_written_in_the_background_is_tried_again_until_written(
 
 async def test_a_background_write_stops_when_its_pod_is_gone(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("sunk.apply.executor.ANNOTATE_RETRY", 0.01)
+    monkeypatch.setattr("sunk.apply.annotations.ANNOTATE_RETRY", 0.01)
     bed.kube.routes[("PATCH", "/api/v1/namespaces/ns/pods/p")] = lambda r: httpx.Response(
         500, json={"message": "down"})
-    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"})
+    bed.executor.annotator.write_soon(pod(), {f"{PREFIX}job-id": "41"})
     await asyncio.sleep(0.05)
     tried = len(bed.kube.calls("PATCH"))
     assert tried >= 2
@@ -495,7 +503,7 @@ async def test_a_background_write_stops_when_its_pod_is_gone(
     assert len(bed.kube.calls("PATCH")) <= tried + 1
     bed.kube.routes[("PATCH", "/api/v1/namespaces/ns/pods/p")] = lambda r: httpx.Response(
         404, json={"message": "not found"})
-    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "42"})  # 404: gone, not retried
+    bed.executor.annotator.write_soon(pod(), {f"{PREFIX}job-id": "42"})  # 404: gone, not retried
     await asyncio.wait_for(settle(bed), 1)
 
 
@@ -514,13 +522,12 @@ async def test_a_pods_writes_land_in_the_order_they_were_made(bed: Bed) -> None:
         order.append(value)
         return httpx.Response(200, json={"metadata": {"resourceVersion": str(len(order))}})
 
-    bed.executor.kube = KubeAPI(kube.Client(FakeCredentials(), transport=MockHttp(
-        patch)), NAME)
-    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"})
+    answered_by(bed, patch)
+    bed.executor.annotator.write_soon(pod(), {f"{PREFIX}job-id": "41"})
     await first_answered.wait()
-    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "40"})
-    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "42"})  # replaces 40 before it goes
-    await bed.executor.annotate_pod(pod(), {f"{PREFIX}job-id": "43"})
+    bed.executor.annotator.write_soon(pod(), {f"{PREFIX}job-id": "40"})
+    bed.executor.annotator.write_soon(pod(), {f"{PREFIX}job-id": "42"})  # replaces 40 unsent
+    await bed.executor.annotator.write(pod(), {f"{PREFIX}job-id": "43"})
     assert order == ["41", "42", "43"]
     await settle(bed)
     # only the newest write's version may end what is assumed
@@ -543,9 +550,7 @@ async def test_at_most_a_workers_worth_of_background_writes_are_sent_at_once(
         return httpx.Response(200, json={"metadata": {"resourceVersion": "9"}})
 
     bed.cluster.settings.workers = 3
-    bed.executor = Executor(bed.cluster, KubeAPI(kube.Client(
-        FakeCredentials(), transport=MockHttp(slow_patch)), NAME), bed.executor.slurm,
-        credential=CREDENTIAL, learn=bed.cluster.jobs.learn)
+    answered_by(bed, slow_patch)
     bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = lambda r: httpx.Response(
         200, json={"job_id": 41})
     for n in range(5):  # each returns at once: its write goes on in the background
@@ -557,7 +562,7 @@ async def test_at_most_a_workers_worth_of_background_writes_are_sent_at_once(
     finally:
         answer.set()  # else the fixture's clean-up waits for the writes forever
     await settle(bed)
-    assert most == 3 and bed.executor._annotating == {}
+    assert most == 3 and bed.executor.annotator._writing == {}
 
 
 async def submit_41(bed: Bed, the_pod: dict[str, Any] | None = None) -> None:
@@ -572,7 +577,7 @@ JOB_ID_WRITTEN = {f"{PREFIX}job-id": "41", f"{PREFIX}pod-uid": "aaaa-0001"}
 async def test_a_job_that_starts_at_once_has_its_id_carried_by_the_binding(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
     """One write per Pod, not two: the binding sets the job id on the Pod."""
-    monkeypatch.setattr("sunk.apply.executor.JOB_ID_WAIT", 5.0)
+    monkeypatch.setattr("sunk.apply.annotations.JOB_ID_WAIT", 5.0)
     add_node(bed)
     await submit_41(bed)
     await bed.executor.apply_pod(pod(), record(), [do.Bind("node-a", "slurm-1", 41)])
@@ -580,7 +585,7 @@ async def test_a_job_that_starts_at_once_has_its_id_carried_by_the_binding(
     assert binding["metadata"]["annotations"] == JOB_ID_WRITTEN
     await asyncio.wait_for(settle(bed), 1)  # the delayed write ends at once, unsent
     assert bed.kube.calls("PATCH") == []
-    assert bed.executor._annotating == {} and bed.executor._delayed == {}
+    assert bed.executor.annotator._writing == {} and bed.executor.annotator._delayed == {}
     # believed until the watch shows the Pod bound with them
     assert bed.cluster.assumed.annotations(pod())[f"{PREFIX}job-id"] == "41"
     bound = pod(**JOB_ID_WRITTEN)
@@ -624,7 +629,7 @@ def gang_binding(bed: Bed, i: int) -> dict[str, str]:
 async def test_a_gang_that_starts_at_once_has_its_id_carried_by_each_members_binding(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
     """A gang that starts within JOB_ID_WAIT: one write per member fewer, as for a Pod."""
-    monkeypatch.setattr("sunk.apply.executor.JOB_ID_WAIT", 5.0)
+    monkeypatch.setattr("sunk.apply.annotations.JOB_ID_WAIT", 5.0)
     members = gang_members(bed)
     await submit_and_bind_gang(bed, members)
     for i in range(2):
@@ -633,7 +638,7 @@ async def test_a_gang_that_starts_at_once_has_its_id_carried_by_each_members_bin
             f"{PREFIX}gang-rank": str(i), f"{PREFIX}gang-node": "slurm-1"}
     await asyncio.wait_for(settle(bed), 1)  # the delayed writes end at once, unsent
     assert bed.kube.calls("PATCH") == []
-    assert bed.executor._delayed == {}
+    assert bed.executor.annotator._delayed == {}
 
 
 async def test_a_gang_members_binding_names_its_uid_with_the_job_id_written_already(
@@ -652,7 +657,7 @@ async def test_a_gang_member_rejected_before_has_the_rejection_removed_on_its_ow
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
     """A binding sets annotations, it cannot remove one: the rejection goes in a write of
     its own, at once, not carried."""
-    monkeypatch.setattr("sunk.apply.executor.JOB_ID_WAIT", 5.0)
+    monkeypatch.setattr("sunk.apply.annotations.JOB_ID_WAIT", 5.0)
     members = gang_members(bed, {f"{PREFIX}rejected": "GangTooLarge"})
     await submit_and_bind_gang(bed, members)
     await asyncio.wait_for(settle(bed), 1)
@@ -676,7 +681,7 @@ async def test_a_job_that_waits_longer_has_its_id_written_on_its_own(bed: Bed) -
 
 async def test_a_failed_binding_leaves_the_job_id_to_its_own_write(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("sunk.apply.executor.JOB_ID_WAIT", 5.0)
+    monkeypatch.setattr("sunk.apply.annotations.JOB_ID_WAIT", 5.0)
     add_node(bed)
     bed.kube.routes[("POST", "/api/v1/namespaces/ns/pods/p/binding")] = lambda r: (
         httpx.Response(500, json={"message": "etcd timeout"}))
@@ -692,7 +697,7 @@ async def test_a_binding_does_not_carry_what_it_cannot_remove(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Pod once rejected (its policy since changed) loses the ``rejected`` annotation with
     its job id: a binding only sets annotations, so the job id goes on its own write."""
-    monkeypatch.setattr("sunk.apply.executor.JOB_ID_WAIT", 0.1)
+    monkeypatch.setattr("sunk.apply.annotations.JOB_ID_WAIT", 0.1)
     add_node(bed)
     rejected = pod(**{f"{PREFIX}rejected": "PolicyViolation"})
     await submit_41(bed, rejected)
@@ -713,18 +718,17 @@ def held_patches(bed: Bed) -> asyncio.Event:
             await answer.wait()
         return bed.kube(request)
 
-    bed.executor.kube = KubeAPI(kube.Client(FakeCredentials(), transport=MockHttp(
-        slow_patches)), NAME)
+    answered_by(bed, slow_patches)
     return answer
 
 
 async def test_a_binding_does_not_carry_a_job_id_behind_an_older_write_in_flight(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
     """The older write, landing after the binding, would put the older job id back."""
-    monkeypatch.setattr("sunk.apply.executor.JOB_ID_WAIT", 5.0)
+    monkeypatch.setattr("sunk.apply.annotations.JOB_ID_WAIT", 5.0)
     answer = held_patches(bed)
     add_node(bed)
-    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "40"})  # going out, not answered
+    bed.executor.annotator.write_soon(pod(), {f"{PREFIX}job-id": "40"})  # going out, not answered
     await asyncio.sleep(0.01)
     await submit_41(bed)
     try:
@@ -743,12 +747,12 @@ async def test_a_job_ids_wait_counts_from_its_submission_not_from_an_older_write
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
     """Behind an older write of the Pod slower than JOB_ID_WAIT, the id's wait is over by the
     time that write is answered: it goes out next, not JOB_ID_WAIT later."""
-    monkeypatch.setattr("sunk.apply.executor.JOB_ID_WAIT", 0.1)
+    monkeypatch.setattr("sunk.apply.annotations.JOB_ID_WAIT", 0.1)
     answer = held_patches(bed)
-    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "40"})  # going out, not answered
+    bed.executor.annotator.write_soon(pod(), {f"{PREFIX}job-id": "40"})  # going out, not answered
     await asyncio.sleep(0.01)
-    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"}, wait=True)
-    delayed = bed.executor._delayed["aaaa-0001"]
+    bed.executor.annotator.write_soon(pod(), {f"{PREFIX}job-id": "41"}, wait=True)
+    delayed = bed.executor.annotator._delayed["aaaa-0001"]
     await asyncio.sleep(0.3)
     assert delayed.due.done(), "waited out from the submission, the older write still going"
     answer.set()
@@ -762,15 +766,15 @@ async def test_a_job_id_write_cancelled_while_it_waits_leaves_nothing_behind(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
     """The scheduler stopping: the waiting write's task is cancelled; its timer, firing
     later, finds the wait over and nothing to do."""
-    monkeypatch.setattr("sunk.apply.executor.JOB_ID_WAIT", 0.05)
-    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"}, wait=True)
-    delayed = bed.executor._delayed["aaaa-0001"]
-    task = bed.executor._annotating["aaaa-0001"]
+    monkeypatch.setattr("sunk.apply.annotations.JOB_ID_WAIT", 0.05)
+    bed.executor.annotator.write_soon(pod(), {f"{PREFIX}job-id": "41"}, wait=True)
+    delayed = bed.executor.annotator._delayed["aaaa-0001"]
+    task = bed.executor.annotator._writing["aaaa-0001"]
     await asyncio.sleep(0.01)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert bed.executor._delayed == {} and delayed.due.cancelled()
+    assert bed.executor.annotator._delayed == {} and delayed.due.cancelled()
     loop = asyncio.get_running_loop()
     errors: list[dict[str, Any]] = []
     loop.set_exception_handler(lambda _, context: errors.append(context))
@@ -782,20 +786,20 @@ async def test_a_job_id_write_cancelled_while_it_waits_leaves_nothing_behind(
 
 
 async def test_a_job_id_replaced_while_it_waits_is_never_written(bed: Bed) -> None:
-    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"}, wait=True)
-    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "42"}, wait=True)  # a new job
+    bed.executor.annotator.write_soon(pod(), {f"{PREFIX}job-id": "41"}, wait=True)
+    bed.executor.annotator.write_soon(pod(), {f"{PREFIX}job-id": "42"}, wait=True)  # a new job
     await asyncio.wait_for(settle(bed), 1)
     written = [p["metadata"]["annotations"] for p in bed.kube.calls("PATCH")]
     assert written == [{f"{PREFIX}job-id": "42"}]
-    assert bed.executor._delayed == {} and bed.executor._annotating == {}
+    assert bed.executor.annotator._delayed == {} and bed.executor.annotator._writing == {}
 
 
 async def test_a_pod_deleted_while_its_job_id_waits_gets_no_write(bed: Bed) -> None:
-    bed.executor.annotate_soon(pod(), {f"{PREFIX}job-id": "41"}, wait=True)
+    bed.executor.annotator.write_soon(pod(), {f"{PREFIX}job-id": "41"}, wait=True)
     bed.cluster.assumed.observe("DELETED", pod())
     await asyncio.wait_for(settle(bed), 1)
     assert bed.kube.calls("PATCH") == []
-    assert bed.executor._delayed == {} and bed.executor._annotating == {}
+    assert bed.executor.annotator._delayed == {} and bed.executor.annotator._writing == {}
 
 
 async def test_a_job_id_waiting_for_a_slot_to_be_sent_is_still_carried(bed: Bed) -> None:
@@ -809,11 +813,9 @@ async def test_a_job_id_waiting_for_a_slot_to_be_sent_is_still_carried(bed: Bed)
         return bed.kube(request)
 
     bed.cluster.settings.workers = 1
-    bed.executor = Executor(bed.cluster, KubeAPI(kube.Client(
-        FakeCredentials(), transport=MockHttp(slow_patches)), NAME),
-        bed.executor.slurm, credential=CREDENTIAL, learn=bed.cluster.jobs.learn)
+    answered_by(bed, slow_patches)
     add_node(bed)
-    bed.executor.annotate_soon(pod("other"), {f"{PREFIX}job-id": "40"})  # holds the one slot
+    bed.executor.annotator.write_soon(pod("other"), {f"{PREFIX}job-id": "40"})  # holds the one slot
     await submit_41(bed)
     await asyncio.sleep(0.1)  # past its wait: queued for the slot
     try:
@@ -829,9 +831,9 @@ async def test_a_job_id_waiting_for_a_slot_to_be_sent_is_still_carried(bed: Bed)
 
 async def test_a_write_of_the_pods_own_hurries_its_waiting_job_id(
         bed: Bed, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("sunk.apply.executor.JOB_ID_WAIT", 5.0)
+    monkeypatch.setattr("sunk.apply.annotations.JOB_ID_WAIT", 5.0)
     await submit_41(bed)
-    await asyncio.wait_for(bed.executor.annotate_pod(pod(), {f"{PREFIX}note": "x"}), 1)
+    await asyncio.wait_for(bed.executor.annotator.write(pod(), {f"{PREFIX}note": "x"}), 1)
     written = [p["metadata"]["annotations"] for p in bed.kube.calls("PATCH")]
     assert written == [{**JOB_ID_WRITTEN, f"{PREFIX}rejected": None}, {f"{PREFIX}note": "x"}]
 
@@ -847,7 +849,7 @@ async def test_a_job_id_the_watch_brought_back_before_the_answer_is_not_left_ass
         return httpx.Response(200, json={"metadata": {"resourceVersion": "12"}})
 
     bed.kube.routes[("PATCH", "/api/v1/namespaces/ns/pods/p")] = patch
-    await bed.executor.annotate_pod(pod(), {f"{PREFIX}job-id": "41"})
+    await bed.executor.annotator.write(pod(), {f"{PREFIX}job-id": "41"})
     assert bed.cluster.assumed.pending_annotations("aaaa-0001") == {}
     assert bed.cluster.assumed.waiting() == 0
 

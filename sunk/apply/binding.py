@@ -1,0 +1,112 @@
+"""A Pod bound to its Node: the room checked and counted, the annotations its binding carries,
+and what a binding leaves behind (the assume cache, the Pod's dashboard line, the metrics, the
+log's timings, and the ``Scheduled`` Event)."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+from sunk import kube
+from sunk.apply.annotations import AnnotationWriter
+from sunk.apply.ports import KubePort
+from sunk.apply.retry import RetryLater
+from sunk.model.cluster import Cluster
+from sunk.model.podmemory import PodMemory
+from sunk.model.state import PodRecord
+from sunk.plans import ownership
+from sunk.runtime import metrics
+from sunk.slurm.job import account_and_qos
+
+log = logging.getLogger("sunk.apply.executor")
+
+#: Sends a Pod's Event and notes it on the Pod's dashboard line (the executor's ``pod_event``).
+SendPodEvent = Callable[[kube.Obj, PodRecord | None, str, str], None]
+
+
+def scheduled_message(pod_key: str, k8s_node: str, slurm_node: str, job_id: int, *,
+                      account: str = "", qos: str = "") -> str:
+    """The ``Scheduled`` Event's message (what ``kubectl describe pod`` shows): the Node, and
+    the Slurm node, job, account and QOS behind it; an account or QOS not known is left out."""
+    job = [f"Slurm node {slurm_node}", f"job {job_id}"]
+    if account:
+        job.append(f"account {account}")
+    if qos:
+        job.append(f"QOS {qos}")
+    return f"Successfully assigned {pod_key} to {k8s_node} ({', '.join(job)})"
+
+
+class Binder:
+    """Binds Pods for the executor, a Pod's binding and a gang member's alike."""
+
+    def __init__(self, cluster: Cluster, kube_port: KubePort, annotator: AnnotationWriter,
+                 memory: PodMemory, *, owned: ownership.Keys, pod_event: SendPodEvent) -> None:
+        self.cluster = cluster
+        self.kube = kube_port
+        self.annotator = annotator
+        self.memory = memory
+        self.owned = owned
+        self.pod_event = pod_event
+
+    async def bind(self, pod: kube.Obj, record: PodRecord, k8s_node: str, slurm_node: str,
+                   job_id: int, annotations: Mapping[str, str] | None = None, *,
+                   events: list[Callable[[], None]] | None = None) -> None:
+        """Bind; its Scheduled Event is sent at once, or left in ``events`` for the caller."""
+        # Checked and counted with no await between: two Pods bound at once to one Node
+        # cannot both take its last room.
+        if lacking := self.cluster.room(pod, k8s_node):
+            raise RetryLater(f"Node {k8s_node} has no room any more: {'; '.join(lacking)}",
+                             room=True)
+        self.cluster.usage.assume_bound(pod, k8s_node)
+        carried = self.annotator.carried_by_binding(pod)
+        written = {**carried, **(annotations or {})}
+        if self.owned.job_id in written:  # (a gang's) with the uid it is for, whatever goes first
+            written.setdefault(self.owned.pod_uid, pod["metadata"]["uid"])
+        try:
+            await self.kube.bind(pod, k8s_node, {
+                key: value for key, value in written.items() if value is not None})
+        except BaseException as exc:
+            self.cluster.usage.binding_failed(pod)  # not bound: hold nothing there
+            if carried and isinstance(exc, Exception) and self.cluster.assumed.still_assumed(
+                    pod["metadata"]["uid"], carried):  # (not when shutting down: cancelled)
+                self.annotator.write_soon(pod, carried)  # not carried after all: on its own
+            raise
+        watched = self.cluster.watched("pods", pod)
+        self.cluster.assumed.bound(pod["metadata"]["uid"], watched=watched)
+        if written:
+            self.cluster.assumed.wrote_annotations(pod["metadata"]["uid"], written,
+                                                   watched=watched)
+        record.bound_at = time.time()
+        record.k8s_node = k8s_node
+        if self.cluster.state.not_counted.pop(slurm_node, None) is not None:
+            metrics.child(metrics.NODE_PODS_NOT_COUNTED, k8s_node).set(0)
+            self.memory.told_not_counted.pop(k8s_node, None)
+        metrics.PODS_BOUND.inc()
+        if record.time_to_bound is not None:
+            metrics.BIND_LATENCY.observe(record.time_to_bound)
+        log.info("pod %s: bound to %s (Slurm node %s)%s", kube.key(pod), k8s_node, slurm_node,
+                 self._timings(job_id))
+        job = self.cluster.jobs.get(job_id)
+        account, qos = account_and_qos(job)
+        if not (account and qos):  # the job as submitted, unpacked only when Slurm's is silent
+            account, qos = account_and_qos(job, record.job_description)
+        send = functools.partial(self.pod_event, pod, record, "Scheduled", scheduled_message(
+            kube.key(pod), k8s_node, slurm_node, job_id, account=account, qos=qos))
+        if events is None:
+            send()
+        else:
+            events.append(send)
+
+    def _timings(self, job_id: int) -> str:
+        """How long the job took to start and the binding to follow, for the log (what the
+        benchmarks read: sunk's own delay, apart from Slurm's)."""
+        jobs, now = self.cluster.jobs, time.monotonic()
+        started, submitted = jobs.started_at.get(job_id), jobs.submitted_at.get(job_id)
+        if started is None:
+            return ""
+        took = f" {now - started:.3f}s after job {job_id} started"
+        if submitted is not None:
+            took += f" ({started - submitted:.3f}s after its submission)"
+        return took

@@ -1,0 +1,44 @@
+"""What the scheduler remembers of each Pod and gang between reconciles, beyond what the API
+server and Slurm say: Events already sent, jobs already replaced or cancelled, submits whose
+answer was lost. The executor writes it as it acts; the loops read it into a plan's facts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class PodMemory:
+    """What the scheduler remembers of a Pod between reconciles (dropped when it goes)."""
+
+    #: Pod uid -> its jobs that were lost or failed to launch, and were replaced.
+    replaced: dict[str, set[int]] = field(default_factory=dict)
+    #: Pod uids already told that annotations on them were ignored (one Event each).
+    told_ignored: set[str] = field(default_factory=set)
+    #: Pod uid -> the newest job id known before a submit whose answer was lost.
+    uncertain_submits: dict[str, int] = field(default_factory=dict)
+    #: Pod uid -> its jobs cancelled because their Node had no room for it.
+    refitted: dict[str, set[int]] = field(default_factory=dict)
+    #: Gang id -> its jobs sunk cancelled because the gang changed before they started.
+    withdrawn: dict[str, set[int]] = field(default_factory=dict)
+    #: Gang id -> its jobs sunk has asked Slurm to cancel (once: Slurm takes a moment).
+    gang_cancelled: dict[str, set[int]] = field(default_factory=dict)
+    #: Pod uid -> the (reason, message) of gang Events told it (a gang's reconcile repeats).
+    told_gang: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+    #: Gang id -> (its job, when that job was first seen started, monotonic seconds).
+    gang_started: dict[str, tuple[int, float]] = field(default_factory=dict)
+    #: Node -> the Pods Slurm does not count last reported on it (told once while the same).
+    told_not_counted: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def forget(self, uid: str) -> None:
+        """The Pod is gone."""
+        self.refitted.pop(uid, None)
+        self.replaced.pop(uid, None)
+        self.told_ignored.discard(uid)
+        self.uncertain_submits.pop(uid, None)
+        self.told_gang.pop(uid, None)
+
+    def forget_gang(self, gang_id: str) -> None:
+        """The gang has no Pod and no live job left."""
+        for kept in (self.replaced, self.withdrawn, self.gang_cancelled, self.gang_started):
+            kept.pop(gang_id, None)
