@@ -7,8 +7,9 @@ and start anywhere:
 - the Pod informer wakes a Pod when it changes; the Slurm poller (:mod:`sunk.model.slurmwatch`)
   wakes the Pods whose jobs changed; the placeholder's ``started`` hook wakes its Pod at once;
 - a work queue hands each Pod to one worker at a time;
-- a reconcile gathers plain facts, :mod:`sunk.plans.podplan` turns them into actions, and the
-  executor (:mod:`sunk.apply.executor`) carries them out.
+- a reconcile gathers plain facts (:mod:`sunk.loops.podfacts`), :mod:`sunk.plans.podplan`
+  turns them into actions, and the executor (:mod:`sunk.apply.executor`) carries them out;
+- jobs whose Pod is gone are cancelled (:mod:`sunk.loops.orphans`).
 
 On start it lists every job once and adopts the jobs it submitted earlier (each names its Pod's
 uid in ``extra`` and carries the scheduler's stamp): a scheduler killed between submitting and
@@ -24,19 +25,21 @@ from typing import NamedTuple
 
 from sunk import kube
 from sunk.apply.executor import Executor, RetryLater
+from sunk.loops import orphans
 from sunk.loops.gangreconcile import GangReconciler
+from sunk.loops.podfacts import PodFactReader
 from sunk.loops.workqueue import WorkQueue
 from sunk.model.cluster import Cluster
 from sunk.model.slurmwatch import SlurmWatch
 from sunk.model.state import PodRecord
 from sunk.plans import ownership, podplan
-from sunk.plans.decide import ENDED_PHASES, JobView, PodView, waiting
+from sunk.plans.decide import ENDED_PHASES, JobView, waiting
 from sunk.plans.translate import TranslateSettings
 from sunk.policy.loader import PolicyStore
 from sunk.runtime import metrics
 from sunk.runtime.supervise import forever
 from sunk.slurm.client import SlurmError
-from sunk.slurm.job import Job, PodIdentity, member_id
+from sunk.slurm.job import Job, PodIdentity
 
 log = logging.getLogger("sunk.loops.scheduler")
 
@@ -61,6 +64,7 @@ class Scheduler:
         self.settings = settings = cluster.settings
         self.queue = WorkQueue(observe_wait=metrics.child(metrics.QUEUE_WAIT, "pods").observe)
         self.owned = ownership.Keys.with_prefix(settings.annotation_prefix)
+        self.pod_facts = PodFactReader(cluster, watch, executor, self.owned)
         self.translate_settings = TranslateSettings(
             scheduler_name=settings.scheduler_name, placeholder_script=settings.placeholder_script,
             gpu_resource=settings.gpu_resource, gpu_model_label=settings.gpu_model_label,
@@ -96,7 +100,8 @@ class Scheduler:
             tasks.create_task(forever("polling Slurm's nodes", self.watch.poll_nodes))
             if self.cluster.scheduling:
                 tasks.create_task(forever("polling Slurm's jobs", self.watch.poll_jobs))
-                tasks.create_task(forever("collecting orphaned jobs", self._collect_garbage))
+                tasks.create_task(forever("collecting orphaned jobs",
+                                          lambda: orphans.collect(self.cluster, self.executor)))
                 for _ in range(self.settings.workers):
                     tasks.create_task(self._work())
             # Everything built so far (modules, caches, compiled policies) lives as long as the
@@ -113,7 +118,7 @@ class Scheduler:
         key = who.key
         settled = self._settled.get(key)
         if settled is not None and settled.job_waiting and settled.pod[0] == who.uid:
-            job_id, job = self._job_cached(who.uid)
+            job_id, job = self.pod_facts.job_cached(who.uid)
             if job_id == settled.job_id and job is not None and waiting(job) and (
                     record := self.cluster.state.pods.get(key)) is not None:
                 self._show_job(record, job)
@@ -221,36 +226,6 @@ class Scheduler:
                 self.cluster.assumed.is_bound(pod),
                 *(written[k] if k in written else annotations.get(k) for k in self.owned.all))
 
-    async def _collect_garbage(self, interval: float = 30.0) -> None:
-        """Jobs of ours whose Pod no longer exists are cancelled (a missed DELETED event, or a
-        Pod deleted while the scheduler was down). Bound Pods whose job is gone are handled by
-        reconcile itself (decide: DELETE_POD)."""
-        while True:  # first right away: orphans left while the scheduler was down go now
-            live = {p["metadata"]["uid"] for p in self.cluster.pods()}
-            members = {member_id(uid) for uid in live}
-            for n, (job_id, job) in enumerate(list(self.cluster.jobs.jobs.items()), 1):
-                if n % 1000 == 0:  # 10,000 jobs: not one long step (the dashboard waits)
-                    await asyncio.sleep(0)
-                who = job.owner
-                if who is None or job.finished:
-                    continue
-                if who.gang:  # a gang's job: while it is its gang's newest and a member lives
-                    if self.cluster.jobs.by_uid.get(who.uid) == job_id and any(
-                            m in members for m in who.members):
-                        continue
-                    why = ("orphaned: none of its gang's Pods exists" if not any(
-                        m in members for m in who.members) else "its gang has a newer job")
-                elif who.uid in live:
-                    continue
-                else:
-                    why = "orphaned: its Pod no longer exists"
-                try:
-                    await self.executor.cancel(job_id, who.key, why)
-                    metrics.ORPHANS_CANCELLED.inc()
-                except SlurmError as exc:
-                    log.warning("cancelling orphaned job %d failed: %s", job_id, exc)
-            await asyncio.sleep(interval)
-
     # -- the reconcile: facts, plan, apply -------------------------------------------------------
     async def reconcile(self, key: str) -> None:
         if ":" in key.split("/", 1)[-1] and "#" not in key:  # a gang (sunk.plans.gang)
@@ -258,7 +233,8 @@ class Scheduler:
             return
         if "#" in key:  # a deleted Pod's job: "ns/name#uid#job"
             _, uid, job_id = key.split("#")
-            actions = podplan.plan_deleted(int(job_id), await self._job_view(int(job_id), uid))
+            job = await self.pod_facts.job_view(int(job_id), uid)
+            actions = podplan.plan_deleted(int(job_id), job)
             for action in actions:
                 await self.executor.cancel(action.job_id, key.split("#")[0], action.why)
             return
@@ -269,7 +245,7 @@ class Scheduler:
         if gang_key is not None and self.gangs.claim(pod) is not None:
             self.queue.add(gang_key)  # a gang's member: its gang decides
             return
-        facts = await self._facts(pod)
+        facts = await self.pod_facts.gather(pod)
         record = self._record(pod, facts)
         plan = podplan.plan_pod(facts)
         tries = self.queue.failures(key)
@@ -287,73 +263,9 @@ class Scheduler:
                 annotation_prefix=self.settings.annotation_prefix, first_try=tries == 0)
             await self.executor.apply_pod(pod, record, submission, tries=tries)
         if gang_key is None:  # done: the watch's echo of what it wrote needs no second look
-            newest, view = self._job_cached(pod["metadata"]["uid"])
+            newest, view = self.pod_facts.job_cached(pod["metadata"]["uid"])
             self._settled[key] = Settled(self._as_reconciled(pod), newest,
                                          view is not None and waiting(view))
-
-    async def _facts(self, pod: kube.Obj) -> podplan.PodFacts:
-        meta = pod["metadata"]
-        uid = meta.get("uid", "")
-        owned = await self._ownership(pod)
-        job = await self._job_view(owned.job_id, uid)
-        memory = self.executor.memory
-        k8s_node = self.cluster.index().to_k8s.get(job.node) if job is not None else None
-        placing = (job is not None and k8s_node is not None and job.started
-                   and not self.cluster.assumed.is_bound(pod))
-        no_room = tuple(self.cluster.room(pod, k8s_node)) if placing and k8s_node else ()
-        return podplan.PodFacts(
-            key=kube.key(pod),
-            view=PodView(phase=(pod.get("status") or {}).get("phase", "Pending"),
-                         bound=self.cluster.assumed.is_bound(pod),
-                         deleting=bool(meta.get("deletionTimestamp")),
-                         job_id=owned.job_id, rejected=bool(owned.rejected)),
-            owned=owned, job=job,
-            k8s_node=k8s_node,
-            told_ignored=uid in memory.told_ignored,
-            replaced=frozenset(memory.replaced.get(uid, ())),
-            no_room=no_room,
-            refitted=owned.job_id in memory.refitted.get(uid, ()),
-            not_counted=tuple(self.cluster.not_counted_by_slurm(k8s_node))
-            if no_room and k8s_node else ())
-
-    async def _ownership(self, pod: kube.Obj) -> ownership.Ownership:
-        """What the Pod's scheduler-owned annotations may be believed to say
-        (:mod:`sunk.plans.ownership`): its job is the one Slurm ties to its uid."""
-        uid = pod["metadata"].get("uid", "")
-        annotations = self.cluster.assumed.annotations(pod)  # with what was written, not watched
-        owner_of: dict[int, str | None] = {}
-        jobs = self.cluster.jobs
-        while True:
-            owned = ownership.read(annotations, uid, self.owned, proven=jobs.by_uid.get(uid),
-                                   owner_of=owner_of)
-            if owned.check_job is None:
-                return owned
-            job = jobs.get(owned.check_job) or await self.watch.read(owned.check_job)
-            who = self.watch.learn(job) if job is not None else None
-            owner_of[owned.check_job] = (ownership.GONE if job is None else
-                                         who.uid if who is not None else ownership.NOT_OURS)
-
-    async def _job_view(self, job_id: int | None, uid: str) -> JobView | None:
-        """The job as Slurm has it, if it is still the job of the Pod ``uid`` (None: gone).
-        Slurm may have given the id to another Pod's job since (after losing this one)."""
-        if job_id is None:
-            return None
-        job = self.cluster.jobs.get(job_id)
-        if job is None:
-            job = await self.watch.read(job_id)
-            if job is None or self.cluster.jobs.get(job_id) is not job:
-                return None
-        if job.owner is None or job.owner.uid != uid:
-            return None
-        return JobView.of(job)
-
-    def _job_cached(self, uid: str) -> tuple[int | None, JobView | None]:
-        """The Pod's newest job as the job table has it (no read from Slurm)."""
-        job_id = self.cluster.jobs.by_uid.get(uid)
-        job = self.cluster.jobs.get(job_id) if job_id is not None else None
-        if job is None or job.owner is None or job.owner.uid != uid:
-            return job_id, None
-        return job_id, JobView.of(job)
 
     def _record(self, pod: kube.Obj, facts: podplan.PodFacts) -> PodRecord:
         """The Pod's line on the dashboard, brought up to date."""

@@ -3,7 +3,7 @@
 Each node's reconcile gathers plain facts from the cluster model, :mod:`sunk.plans.nodeplan` turns
 them into actions (taint, evictions, the lock state on the slurmd Pod, drains), and the executor
 carries them out. The prolog's lock request (:meth:`Syncer.request_lock`) waits here until the
-node is locked.
+node is locked, once checked against Slurm (:mod:`sunk.loops.lockrequest`).
 """
 
 from __future__ import annotations
@@ -12,14 +12,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from sunk import kube
 from sunk.apply.executor import Executor
-from sunk.hooks.answers import answering
-from sunk.hooks.auth import HookRefused
 from sunk.hooks.inflight import waiting
+from sunk.loops.lockrequest import LockRequest, LockRequestCheck
 from sunk.loops.workqueue import WorkQueue
 from sunk.model.cluster import Cluster
 from sunk.plans import fit, locking, nodeplan
@@ -27,32 +25,14 @@ from sunk.plans.locking import LOCK_KEY, LockState
 from sunk.runtime import metrics
 from sunk.runtime.supervise import forever
 from sunk.slurm.client import SlurmClient, SlurmError
-from sunk.slurm.job import Job, member_id
+from sunk.slurm.job import member_id
 from sunk.slurm.text import expand_hostlist
 
 log = logging.getLogger("sunk.loops.syncer")
 
-#: How long an unanswered lock request keeps the lock wanted without the prolog asking again.
-REQUEST_TTL = 60.0
-#: How long an answered request keeps the lock wanted, while Slurm's node state catches up.
-ANSWERED_GRACE = 10.0
-
 
 def _version(obj: kube.Obj) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion"))
-
-
-@dataclass
-class LockRequest:
-    job_id: int
-    strict: bool
-    at: float = field(default_factory=time.monotonic)
-    answered_at: float | None = None
-
-    def keeps_lock(self, now: float) -> bool:
-        if self.answered_at is not None:
-            return now - self.answered_at < ANSWERED_GRACE
-        return now - self.at < REQUEST_TTL
 
 
 class Syncer:
@@ -68,9 +48,8 @@ class Syncer:
         self._looked_at: dict[str, float] = {}
         #: Slurm node -> :meth:`_fingerprint` at its last reconcile.
         self._seen: dict[str, tuple[object, ...]] = {}
-        #: Job id -> the read of it from Slurm that lock requests for it share (a gang's
-        #: prologs, one per node, ask at the same moment).
-        self._job_reads: dict[int, asyncio.Task[Job | None]] = {}
+        #: Checks each lock request against Slurm (:mod:`sunk.loops.lockrequest`).
+        self.lock_check = LockRequestCheck(cluster, slurm)
         #: Pod uid -> ((resourceVersion, placed by sunk), what locking needs of it).
         self._pods_seen: dict[str, tuple[tuple[object, bool], locking.PodOnNode]] = {}
         self.state_key = settings.annotation("slurm-state")
@@ -200,7 +179,7 @@ class Syncer:
             # Checked against Slurm once per job and node: another job's request on the same
             # node in between (jobs start side by side) is no reason to read this one again.
             if node not in expand_hostlist(self.cluster.jobs.allocated.get(job_id, "")):
-                await self._check_lock_request(node, job_id)
+                await self.lock_check.check(node, job_id)
             request = LockRequest(job_id, strict)
             self.requests[node] = request
         asked = request.at = time.monotonic()
@@ -232,48 +211,6 @@ class Syncer:
                         await changed.wait()
             except TimeoutError:
                 return self._lock_state(node)
-
-    async def _check_lock_request(self, node: str, job_id: int) -> None:
-        """A lock is taken only for a job Slurm is starting on that node (its prolog runs):
-        a stray call naming a pending job, an ended one or another node is refused."""
-        async with answering(f"reading job {job_id}"):
-            # Not at work while slurmrestd answers: a slow slurmrestd with every node's prolog
-            # asking at once filled the hook API's bound, and prologs were told to retry.
-            with waiting():
-                job, joined = await self._read_job(job_id)
-                if joined and _lock_refusal(node, job_id, job) is not None:
-                    # the read it joined began before it asked: a refusal takes a read of its own
-                    job, _ = await self._read_job(job_id, join=False)
-        if (refusal := _lock_refusal(node, job_id, job)) is not None:
-            raise refusal
-        assert job is not None
-        # A placeholder of another sunk scheduler sharing this Slurm cluster: its Pods, bound
-        # once the lock is taken, are Slurm's too, not Pods for the lock to clear.
-        self.cluster.jobs.note_placeholder(job)
-        if self.cluster.jobs.ours(job) is not None:
-            self.cluster.jobs.allocated[job_id] = job.nodes
-
-    async def _read_job(self, job_id: int, *, join: bool = True) -> tuple[Job | None, bool]:
-        """The job as Slurm has it now, one read for the lock requests that ask at once (a
-        gang of 16 read its job 16 times as its prologs started); and whether this call joined
-        a read another began. Shielded: a prolog that hangs up does not fail the read the
-        others wait for. A single Pod's job runs on one node, one prolog: read alone."""
-        who = self.cluster.jobs.owner(job_id)
-        if who is not None and not who.gang:
-            return await self.slurm.job(job_id), False
-        read = self._job_reads.get(job_id) if join else None
-        joined = read is not None
-        if read is None:
-            read = self._job_reads[job_id] = asyncio.ensure_future(self.slurm.job(job_id))
-
-            def done(finished: asyncio.Task[Job | None]) -> None:
-                if self._job_reads.get(job_id) is finished:
-                    del self._job_reads[job_id]
-                if not finished.cancelled():
-                    finished.exception()  # retrieved: every waiter may have hung up
-
-            read.add_done_callback(done)
-        return await asyncio.shield(read), joined
 
     # -- reconcile one node ------------------------------------------------------------------
     def _lock_state(self, slurm_node: str) -> LockState:
@@ -341,19 +278,3 @@ class Syncer:
         self._looked_at[slurm_node] = began
         self._lock_changed(slurm_node)  # a waiting prolog may answer now
 
-
-def _lock_refusal(node: str, job_id: int, job: Job | None) -> HookRefused | None:
-    """Why a lock of ``node`` for the job as Slurm shows it is refused (None: it is not): only
-    a job Slurm is starting on that node locks it."""
-    if job is None:  # lost by a slurmctld that crashed: it will not run; nothing to lock
-        return HookRefused(410, f"Slurm has no job {job_id}: no lock for it")
-    if job.finished:  # cancelled while its prolog waited: let go, do not drain the node
-        return HookRefused(410, f"Slurm shows job {job_id} {job.state.lower()}: it will not "
-                                "run; nothing to lock")
-    if job.state == "PENDING":
-        return HookRefused(409, f"Slurm shows job {job_id} pending: only a job that is "
-                                "starting locks a node")
-    if node not in expand_hostlist(job.nodes):
-        return HookRefused(409, f"job {job_id} was given {job.nodes or 'no node'}, not "
-                                f"{node}: no lock for it there")
-    return None

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from sunk.apply.executor import RetryLater
+from sunk.loops import orphans
 from sunk.loops.scheduler import Scheduler
 from sunk.loops.workqueue import WorkQueue
 from sunk.policy import PolicyStore
@@ -416,7 +417,8 @@ async def test_orphaned_jobs_are_cancelled_and_a_failure_does_not_stop_the_rest(
                                nodes="slurm-1"))
     bed.cluster.jobs.learn(job(44, who("eeee-0005", name="gone2")))
     bed.slurm.routes[("DELETE", f"{SLURM}/job/42")] = down()
-    collector = asyncio.create_task(loop.scheduler._collect_garbage(interval=60))
+    collector = asyncio.create_task(
+        orphans.collect(loop.scheduler.cluster, loop.scheduler.executor, interval=60))
     try:
         await until(lambda: len(bed.slurm.paths("DELETE")) == 2)
     finally:

@@ -15,7 +15,8 @@ import pytest
 from sunk import kube
 from sunk.hooks.auth import HookRefused
 from sunk.hooks.inflight import InFlight
-from sunk.loops.syncer import REQUEST_TTL, LockRequest, Syncer
+from sunk.loops.lockrequest import REQUEST_TTL, LockRequest
+from sunk.loops.syncer import Syncer
 from sunk.plans.locking import LOCK_KEY, LOCK_TAINT_SPEC, LockState
 from sunk.slurm.job import PodIdentity
 from tests.unit.core import stand_ins
@@ -366,7 +367,7 @@ async def test_lock_requests_for_one_job_at_once_share_one_read_of_it(
     for each in asking[1:]:
         assert await each is LockState.FALSE  # not locked within 0.05 s: no worker here
     assert bed.slurm.paths("GET") == [f"{SLURM}/job/41"]
-    assert syncer._job_reads == {}
+    assert syncer.lock_check.reads == {}
 
 
 async def test_lock_requests_for_a_single_pods_job_each_read_it(sync: Sync) -> None:
@@ -379,7 +380,7 @@ async def test_lock_requests_for_a_single_pods_job_each_read_it(sync: Sync) -> N
     asking = [asyncio.create_task(syncer.request_lock("slurm-1", 41, False, within=0.05))
               for _ in range(2)]
     await until(lambda: len(bed.slurm.paths("GET")) == 2)
-    assert syncer._job_reads == {}
+    assert syncer.lock_check.reads == {}
     release.set()
     for each in asking:
         assert await each is LockState.FALSE  # not locked within 0.05 s: no worker here
@@ -404,7 +405,7 @@ async def test_a_request_refused_on_a_read_begun_before_it_asked_reads_again(
     assert await joined is LockState.FALSE, "read again, and taken"
     assert len(bed.slurm.paths("GET")) == 2
     assert syncer.requests["slurm-1"].job_id == 41
-    assert syncer._job_reads == {}
+    assert syncer.lock_check.reads == {}
 
 
 async def test_a_shared_read_that_fails_tells_every_request_to_retry(sync: Sync) -> None:
@@ -425,7 +426,7 @@ async def test_a_shared_read_that_fails_tells_every_request_to_retry(sync: Sync)
         exc = await refused(each)
         assert exc.status == 503 and exc.retry_after == 5
     assert len(bed.slurm.paths("GET")) == 1
-    assert syncer._job_reads == {} and syncer.requests == {}
+    assert syncer.lock_check.reads == {} and syncer.requests == {}
 
 
 async def test_a_lock_request_during_a_slurm_outage_is_a_503(sync: Sync) -> None:

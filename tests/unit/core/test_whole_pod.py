@@ -90,20 +90,20 @@ async def test_the_whole_pod_is_kept_only_while_its_policies_are_to_run(
     made, _ = bed
     cluster = made.cluster
     made.any_pod(with_host_path())
-    assert set(cluster._whole) == {"ns/p"}
+    assert set(cluster.whole_pods.kept) == {"ns/p"}
     made.any_pod(with_host_path(annotations=owned(41)))  # its job, written for it
-    assert cluster._whole == {}
+    assert cluster.whole_pods.kept == {}
     made.any_pod(with_host_path(annotations=owned(41, uid="someone-else")))  # copied: no job
-    assert set(cluster._whole) == {"ns/p"}
+    assert set(cluster.whole_pods.kept) == {"ns/p"}
     made.any_pod(with_host_path(node="node-a"))  # bound by someone else
-    assert cluster._whole == {}
+    assert cluster.whole_pods.kept == {}
     made.any_pod(with_host_path())
     made.any_pod(with_host_path(), kind="DELETED")
-    assert cluster._whole == {}
+    assert cluster.whole_pods.kept == {}
     other = with_host_path()
     other["spec"]["schedulerName"] = "default-scheduler"
     made.any_pod(other)
-    assert cluster._whole == {}, "not ours: its policies never run here"
+    assert cluster.whole_pods.kept == {}, "not ours: its policies never run here"
 
 
 async def test_a_pod_with_a_job_is_read_whole_from_the_api_server(

@@ -1,0 +1,90 @@
+"""A Pod's facts, for its plan (:class:`sunk.plans.podplan.PodFacts`).
+
+What the Pod's annotations may be believed to say (:mod:`sunk.plans.ownership`, checked against
+the job table), its job as Slurm has it, the Kubernetes Node of that job's Slurm node and the
+room there, and what the executor remembers of the Pod. Read from the cluster model, and from
+Slurm only where the job table cannot say.
+"""
+
+from __future__ import annotations
+
+from sunk import kube
+from sunk.apply.executor import Executor
+from sunk.model.cluster import Cluster
+from sunk.model.slurmwatch import SlurmWatch
+from sunk.plans import ownership, podplan
+from sunk.plans.decide import JobView, PodView
+
+
+class PodFactReader:
+    def __init__(self, cluster: Cluster, watch: SlurmWatch, executor: Executor,
+                 owned: ownership.Keys) -> None:
+        self.cluster = cluster
+        self.watch = watch
+        self.executor = executor
+        self.owned = owned
+
+    async def gather(self, pod: kube.Obj) -> podplan.PodFacts:
+        """The facts of ``pod``'s plan (:func:`sunk.plans.podplan.plan_pod`)."""
+        meta = pod["metadata"]
+        uid = meta.get("uid", "")
+        owned = await self.ownership(pod)
+        job = await self.job_view(owned.job_id, uid)
+        memory = self.executor.memory
+        k8s_node = self.cluster.index().to_k8s.get(job.node) if job is not None else None
+        placing = (job is not None and k8s_node is not None and job.started
+                   and not self.cluster.assumed.is_bound(pod))
+        no_room = tuple(self.cluster.room(pod, k8s_node)) if placing and k8s_node else ()
+        return podplan.PodFacts(
+            key=kube.key(pod),
+            view=PodView(phase=(pod.get("status") or {}).get("phase", "Pending"),
+                         bound=self.cluster.assumed.is_bound(pod),
+                         deleting=bool(meta.get("deletionTimestamp")),
+                         job_id=owned.job_id, rejected=bool(owned.rejected)),
+            owned=owned, job=job,
+            k8s_node=k8s_node,
+            told_ignored=uid in memory.told_ignored,
+            replaced=frozenset(memory.replaced.get(uid, ())),
+            no_room=no_room,
+            refitted=owned.job_id in memory.refitted.get(uid, ()),
+            not_counted=tuple(self.cluster.not_counted_by_slurm(k8s_node))
+            if no_room and k8s_node else ())
+
+    async def ownership(self, pod: kube.Obj) -> ownership.Ownership:
+        """What the Pod's scheduler-owned annotations may be believed to say
+        (:mod:`sunk.plans.ownership`): its job is the one Slurm ties to its uid."""
+        uid = pod["metadata"].get("uid", "")
+        annotations = self.cluster.assumed.annotations(pod)  # with what was written, not watched
+        owner_of: dict[int, str | None] = {}
+        jobs = self.cluster.jobs
+        while True:
+            owned = ownership.read(annotations, uid, self.owned, proven=jobs.by_uid.get(uid),
+                                   owner_of=owner_of)
+            if owned.check_job is None:
+                return owned
+            job = jobs.get(owned.check_job) or await self.watch.read(owned.check_job)
+            who = self.watch.learn(job) if job is not None else None
+            owner_of[owned.check_job] = (ownership.GONE if job is None else
+                                         who.uid if who is not None else ownership.NOT_OURS)
+
+    async def job_view(self, job_id: int | None, uid: str) -> JobView | None:
+        """The job as Slurm has it, if it is still the job of the Pod ``uid`` (None: gone).
+        Slurm may have given the id to another Pod's job since (after losing this one)."""
+        if job_id is None:
+            return None
+        job = self.cluster.jobs.get(job_id)
+        if job is None:
+            job = await self.watch.read(job_id)
+            if job is None or self.cluster.jobs.get(job_id) is not job:
+                return None
+        if job.owner is None or job.owner.uid != uid:
+            return None
+        return JobView.of(job)
+
+    def job_cached(self, uid: str) -> tuple[int | None, JobView | None]:
+        """The Pod's newest job as the job table has it (no read from Slurm)."""
+        job_id = self.cluster.jobs.by_uid.get(uid)
+        job = self.cluster.jobs.get(job_id) if job_id is not None else None
+        if job is None or job.owner is None or job.owner.uid != uid:
+            return job_id, None
+        return job_id, JobView.of(job)
