@@ -7,7 +7,7 @@ scheduler, the syncer, the hook answers and the dashboard read it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ from sunk.hooks.auth import HookKeys
 from sunk.loops.scheduler import Scheduler
 from sunk.loops.syncer import Syncer
 from sunk.model.cluster import Cluster
+from sunk.model.nodeindex import NodeIndex
 from sunk.model.slurmwatch import SlurmWatch
 from sunk.model.state import SchedulerState
 from sunk.policy.loader import PolicyStore
@@ -57,17 +58,20 @@ class DashboardSource:
     def jobs(self) -> Mapping[int, Job]:
         return self.cluster.jobs.jobs
 
-    @property
-    def pod_informers(self) -> Sequence[kube.Subset]:
-        return self.cluster.pod_informers
+    def pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self.cluster.pod(f"{namespace}/{name}")
+
+    def node(self, name: str) -> Mapping[str, Any] | None:
+        return self.cluster.node(name)
 
     @property
-    def node_informer(self) -> kube.Informer:
-        return self.cluster.node_informer
+    def node_index(self) -> NodeIndex:
+        return self.cluster.index()
 
-    @property
-    def slurmd_informer(self) -> kube.Informer:
-        return self.cluster.slurmd_informer
+    def kube_problem(self) -> str:
+        if not self.cluster.ready.is_set():
+            return "caches not synced yet"
+        return self.cluster.health.kube_problem()
 
     def node_requests(self, node: str) -> Mapping[str, int]:
         return self.cluster.usage.used(node)

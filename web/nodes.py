@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from sunk.plans.fit import allocatable
-from sunk.plans.locking import LOCK_KEY
+from sunk.plans.locking import LOCK_KEY, LockState
 from sunk.slurm.text import expand_hostlist, gpu_count
 from sunk.slurm.text import number as _number
 from web.pods import FINISHED_PHASES
@@ -21,16 +21,12 @@ _ACTIVE_JOB_STATES: Final = frozenset({"RUNNING", "CONFIGURING", "COMPLETING", "
 
 
 def locks(scheduler: SchedulerView) -> dict[str, tuple[str, str]]:
-    """Slurm node name -> (Kubernetes Node, lock annotation of its slurmd Pod)."""
-    out: dict[str, tuple[str, str]] = {}
-    for pod in scheduler.slurmd_informer.cache.values():
-        spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
-        hostname = spec.get("hostname")
-        if not hostname or meta.get("deletionTimestamp"):
-            continue
-        lock = (meta.get("annotations") or {}).get(LOCK_KEY, "false")
-        out[str(hostname)] = (str(spec.get("nodeName") or ""), str(lock))
-    return out
+    """Slurm node name -> (Kubernetes Node, lock annotation of its slurmd Pod), for every Slurm
+    node with a live slurmd Pod (the scheduler's node index)."""
+    index = scheduler.node_index
+    return {name: (index.to_k8s.get(name, ""), str(
+                ((pod.get("metadata") or {}).get("annotations") or {}).get(LOCK_KEY, "false")))
+            for name, pod in index.slurmd.items()}
 
 
 def _taint(node: Mapping[str, Any] | None, key: str) -> str:
@@ -44,12 +40,13 @@ def _taint(node: Mapping[str, Any] | None, key: str) -> str:
 def node_matches(row: NodeRow, what: str) -> bool:
     if not what:
         return True
+    lock = LockState.parse(row.lock)
     if what == "locked":
-        return row.lock in ("locked", "locked_strict", "pending")
+        return lock is not LockState.FALSE
     if what == "unlocked":
-        return row.lock in ("", "false")
+        return lock is LockState.FALSE
     if what == "busy":
-        return (row.state_flags != ["IDLE"] or row.lock not in ("", "false") or bool(row.pods)
+        return (row.state_flags != ["IDLE"] or lock is not LockState.FALSE or bool(row.pods)
                 or bool(row.jobs) or row.cordoned)
     return what.upper() in row.state_flags
 
@@ -58,7 +55,6 @@ def nodes(scheduler: SchedulerView, *, state: str = "") -> NodeList:
     """Every Slurm node slurmrestd reports, joined to its slurmd Pod and Kubernetes Node, with
     the jobs and Pods of ours on it; also slurmd Pods whose Slurm node was not reported yet."""
     by_node = locks(scheduler)
-    k8s_nodes = scheduler.node_informer.cache
     jobs_on: dict[str, list[int]] = {}
     for job in scheduler.jobs.values():
         if job.state in _ACTIVE_JOB_STATES and job.nodes:
@@ -73,7 +69,7 @@ def nodes(scheduler: SchedulerView, *, state: str = "") -> NodeList:
     for name in names:
         raw = scheduler.state.slurm_nodes.get(name) or {}
         k8s_name, lock = by_node.get(name, ("", ""))
-        k8s = k8s_nodes.get(k8s_name) if k8s_name else None
+        k8s = scheduler.node(k8s_name) if k8s_name else None
         flags = [str(f) for f in raw.get("state") or []]
         reason = str(raw.get("reason") or "")
         drain_reason = reason if "DRAIN" in flags else ""

@@ -66,11 +66,7 @@ def scheduled_after(pod: Mapping[str, Any] | None, created: float) -> float | No
 
 
 def pod_object(scheduler: SchedulerView, namespace: str, name: str) -> Mapping[str, Any] | None:
-    key = f"{namespace}/{name}"
-    for informer in scheduler.pod_informers:
-        if (pod := informer.cache.get(key)) is not None:
-            return pod
-    return None
+    return scheduler.pod(namespace, name)
 
 
 #: (gang key, Pod key) -> the Pod's rank in that gang.

@@ -7,30 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from sunk.model.nodeindex import NodeIndex
 from sunk.model.state import SchedulerState
 from sunk.policy.engine import PolicyEngine
 from sunk.policy.loader import PolicyStatus, RecentError
 from sunk.settings import Settings
 from sunk.slurm.job import Job
-
-
-class Flag(Protocol):
-    """``asyncio.Event`` as far as the views care."""
-
-    def is_set(self) -> bool: ...
-
-
-class InformerView(Protocol):
-    """A list-then-watch cache (``sunk.kube.Informer``), read-only."""
-
-    @property
-    def cache(self) -> Mapping[str, Mapping[str, Any]]: ...
-
-    @property
-    def synced(self) -> Flag: ...
-
-    @property
-    def last_error(self) -> str: ...
 
 
 class PolicySource(Protocol):
@@ -122,18 +104,27 @@ class SchedulerView(Protocol):
     def jobs(self) -> Mapping[int, Job]: ...
 
     @property
-    def pod_informers(self) -> Sequence[InformerView]: ...
-
-    @property
     def trends(self) -> TrendsSource:
         """The scheduler's own throughput and latency over the last hour, from its metrics."""
         ...
 
-    @property
-    def node_informer(self) -> InformerView: ...
+    def pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The Pod object, as the scheduler's cache holds it (trimmed of what it never reads)."""
+        ...
+
+    def node(self, name: str) -> Mapping[str, Any] | None:
+        """The Kubernetes Node ``name``, as the scheduler's cache holds it."""
+        ...
 
     @property
-    def slurmd_informer(self) -> InformerView: ...
+    def node_index(self) -> NodeIndex:
+        """Slurm node -> its live slurmd Pod -> its Kubernetes Node: the scheduler's own index."""
+        ...
+
+    def kube_problem(self) -> str:
+        """What is wrong with the watches of the API server ("" if nothing), including that
+        they have not listed everything once yet."""
+        ...
 
     def node_requests(self, node: str) -> Mapping[str, int]:
         """What the Pods bound to Kubernetes Node ``node`` request, counting only those a node

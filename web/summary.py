@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sunk.plans.locking import LockState
 from web.gangs import gang_state, waits
 from web.nodes import locks
 from web.pods import pod_state
@@ -10,16 +11,9 @@ from web.viewmodels import POD_STATES, Health, Summary, utc
 
 
 def kubernetes_health(scheduler: SchedulerView) -> Health:
-    """Healthy when every informer has listed once and none reports an error since."""
-    state = scheduler.state
-    if state.kube_error:
-        return Health("Kubernetes API", False, state.kube_error)
-    informers = [*scheduler.pod_informers, scheduler.node_informer, scheduler.slurmd_informer]
-    for informer in informers:
-        if informer.last_error:
-            return Health("Kubernetes API", False, informer.last_error)
-    if not all(informer.synced.is_set() for informer in informers):
-        return Health("Kubernetes API", False, "caches not synced yet")
+    """Healthy when every watch has listed once and none reports an error since."""
+    if problem := scheduler.state.kube_error or scheduler.kube_problem():
+        return Health("Kubernetes API", False, problem)
     return Health("Kubernetes API", True, "watching")
 
 
@@ -42,7 +36,7 @@ def summary(scheduler: SchedulerView, now: float) -> Summary:
         nodes["total"] += 1
         nodes["drain"] += "DRAIN" in flags
         nodes["down"] += "DOWN" in flags
-        nodes["locked"] += by_node.get(name, ("", ""))[1] in ("locked", "locked_strict")
+        nodes["locked"] += LockState.parse(by_node.get(name, ("", ""))[1]).locked
     gangs = scheduler.state.gangs
     waiting = sum(waits(gang_state(rec)) for rec in gangs.values())
     status = scheduler.policies.status()

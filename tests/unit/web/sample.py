@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sunk.model.nodeindex import NodeIndex
 from sunk.model.state import GangMember, GangRecord, PodRecord, SchedulerState, Transition
 from sunk.plans.locking import LOCK_KEY, LOCK_TAINT_SPEC
 from sunk.policy.engine import PolicyEngine
@@ -27,22 +28,6 @@ from sunk.runtime.trends import Latency, Reading, TrendPoint, TrendRecorder
 from sunk.settings import Settings
 from sunk.slurm.job import Job
 from web import create_app
-
-
-@dataclass
-class Synced:
-    value: bool = True
-
-    def is_set(self) -> bool:
-        return self.value
-
-
-@dataclass
-class StaticInformer:
-    cache: dict[str, dict[str, Any]] = field(default_factory=dict)
-    synced: Synced = field(default_factory=Synced)
-    last_error: str = ""
-
 
 SAMPLE_POLICIES = {"10-sample.yaml": """
 apiVersion: sunk.coreweave.com/v1alpha1
@@ -104,9 +89,14 @@ class StaticScheduler:
     settings: Settings = field(default_factory=lambda: Settings(scheduler_name="sunk-sample"))
     policies: StaticPolicies = field(default_factory=StaticPolicies)
     jobs: dict[int, Job] = field(default_factory=dict)
-    pod_informers: list[StaticInformer] = field(default_factory=lambda: [StaticInformer()])
-    node_informer: StaticInformer = field(default_factory=StaticInformer)
-    slurmd_informer: StaticInformer = field(default_factory=StaticInformer)
+    #: "namespace/name" -> the Pod object, as the scheduler's cache holds it.
+    pod_objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Kubernetes Node name -> the Node.
+    node_objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: "namespace/name" -> a slurmd Pod.
+    slurmd_pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: What :meth:`kube_problem` answers.
+    watch_problem: str = ""
     #: Pod uid -> its core/v1 Events, as the API server returns them.
     events: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: When set, what :meth:`pod_events` answers instead: the API server did not answer.
@@ -120,6 +110,19 @@ class StaticScheduler:
 
     def node_requests(self, node: str) -> Mapping[str, int]:
         return self.requests.get(node, {})
+
+    def pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self.pod_objects.get(f"{namespace}/{name}")
+
+    def node(self, name: str) -> Mapping[str, Any] | None:
+        return self.node_objects.get(name)
+
+    @property
+    def node_index(self) -> NodeIndex:
+        return NodeIndex.build(self.slurmd_pods.values())
+
+    def kube_problem(self) -> str:
+        return self.watch_problem
 
     async def pod_events(self, namespace: str, name: str, uid: str
                          ) -> list[dict[str, Any]] | str:
@@ -144,14 +147,14 @@ class StaticScheduler:
             "gres_used": f"gpu:{gres_type}:{gpus_used}(IDX:N/A)" if gpus else "",
             "partitions": ["batch"]}
         annotations = {} if lock is None else {LOCK_KEY: lock}
-        self.slurmd_informer.cache[f"slurm/slurmd-{slurm_name}"] = {
+        self.slurmd_pods[f"slurm/slurmd-{slurm_name}"] = {
             "metadata": {"name": f"slurmd-{slurm_name}", "namespace": "slurm",
                          "annotations": annotations},
             "spec": {"hostname": slurm_name, "nodeName": k8s_name}}
         spec: dict[str, Any] = {"unschedulable": cordoned}
         if taint:
             spec["taints"] = [dict(LOCK_TAINT_SPEC)]
-        self.node_informer.cache[k8s_name] = {
+        self.node_objects[k8s_name] = {
             "metadata": {"name": k8s_name, "labels": {}}, "spec": spec,
             "status": {"allocatable": {"cpu": str(k8s_cpus), "memory": f"{memory_mib + 1024}Mi",
                                        "nvidia.com/gpu": str(gpus), "pods": "110"}}}
@@ -197,7 +200,7 @@ class StaticScheduler:
         if rejected:
             rec.history.append(Transition(created + 0.01, rejected.split(":", 1)[0], rejected))
         self.state.keep(rec)
-        self.pod_informers[0].cache[rec.key] = {
+        self.pod_objects[rec.key] = {
             "metadata": {"name": name, "namespace": namespace, "uid": uid,
                          "labels": {"app": name.rsplit("-", 1)[0]},
                          "annotations": dict(annotations or {})},

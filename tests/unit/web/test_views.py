@@ -10,7 +10,7 @@ from sunk.slurm.job import Job
 from sunk.slurm.text import MAX_HOSTS, expand_hostlist, gpu_count
 from web import gangs, nodes, pods, policies
 from web.summary import kubernetes_health, summary
-from web.viewmodels import POD_STATES, IssueView, PolicyInfo, RuleView
+from web.viewmodels import POD_STATES, Health, IssueView, PolicyInfo, RuleView
 
 from .conftest import GANG_SCRIPT, SCRIPT, add_gangs
 from .sample import StaticScheduler, broken_policies, sample
@@ -97,7 +97,7 @@ def test_time_to_bound_survives_a_restart_through_the_pod_condition(now: float,
         scheduler: StaticScheduler) -> None:
     rec = scheduler.state.pods["team-a/running-1"]
     rec.bound_at = None  # a record made by a scheduler process that did not bind the Pod
-    pod = scheduler.pod_informers[0].cache["team-a/running-1"]
+    pod = scheduler.pod_objects["team-a/running-1"]
     bound = datetime.datetime.fromtimestamp(rec.created + 7.4, datetime.UTC)
     pod["status"] = {"conditions": [
         {"type": "Ready", "status": "True", "lastTransitionTime": "2000-01-01T00:00:00Z"},
@@ -180,16 +180,20 @@ def test_summary_counts_and_health(now: float, scheduler: StaticScheduler) -> No
     assert s.nodes == {"total": 4, "drain": 2, "down": 0, "locked": 1}
     assert s.active_jobs == 3  # 11 pending, 12 and 13 running; 9 completed
     assert s.kubernetes.ok and s.slurm.ok
-    scheduler.node_informer.last_error = "ServerError: 503"
+    scheduler.watch_problem = "nodes: ServerError: 503"
     scheduler.state.slurm_healthy, scheduler.state.slurm_error = False, "slurmrestd unreachable"
     s = summary(scheduler, now)
-    assert (s.kubernetes.ok, s.kubernetes.detail) == (False, "ServerError: 503")
+    assert (s.kubernetes.ok, s.kubernetes.detail) == (False, "nodes: ServerError: 503")
     assert (s.slurm.ok, s.slurm.detail) == (False, "slurmrestd unreachable")
 
 
-def test_kubernetes_is_not_healthy_before_caches_sync(scheduler: StaticScheduler) -> None:
-    scheduler.slurmd_informer.synced.value = False
-    assert not kubernetes_health(scheduler).ok
+def test_kubernetes_is_not_healthy_while_a_watch_has_a_problem(
+        scheduler: StaticScheduler) -> None:
+    scheduler.watch_problem = "caches not synced yet"
+    assert kubernetes_health(scheduler) == Health("Kubernetes API", False,
+                                                  "caches not synced yet")
+    scheduler.watch_problem, scheduler.state.kube_error = "", "a read failed: 503"
+    assert kubernetes_health(scheduler) == Health("Kubernetes API", False, "a read failed: 503")
 
 
 def test_policies_in_force_and_failed_reload(now: float, scheduler: StaticScheduler) -> None:
