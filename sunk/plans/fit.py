@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sunk.model.quantity import Quantity
+from sunk.quantity import Quantity
 from sunk.slurm.text import gpu_count, number
 
 #: Amounts by resource, in whole units: CPU in millicores (as Kubernetes keeps it), memory

@@ -21,7 +21,7 @@ import re2  # type: ignore[import-untyped]
 from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
-from sunk.model.quantity import Quantity
+from sunk.quantity import Quantity
 
 Result = Any  # a celtypes value or a CELEvalError: cel-python's own union is not precise enough
 

@@ -179,8 +179,8 @@ def test_the_fast_reading_of_plain_quantities_agrees_with_the_general_parser(
         number: int, suffix: str, resource: str) -> None:
     import math
 
-    from sunk.model.quantity import Quantity
     from sunk.plans.fit import _units
+    from sunk.quantity import Quantity
 
     text = f"{number}{suffix}"
     value = Quantity.parse(text).value

@@ -52,6 +52,8 @@ def test_the_product_keeps_every_contract(clean_tree: Path) -> None:
     ("sunk/model/jobtable.py", "from sunk.model import cluster", "Pure packages"),
     ("sunk/loops/gangreconcile.py", "from sunk.loops import scheduler", "Inside the loops"),
     ("sunk/model/health.py", "from sunk.model import cluster", "Inside the cluster model"),
+    ("sunk/slurm/client.py", "from sunk.model import jobtable", "The clients"),
+    ("sunk/plans/fit.py", "from sunk.model import nodeindex", "Layers"),
 ])
 def test_a_forbidden_import_breaks_the_lint(clean_tree: Path, tmp_path: Path, module: str,
                                             line: str, contract: str) -> None:

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from celpy.evaluation import CELEvalError
 
-from sunk.model.quantity import Quantity
 from sunk.policy.cel import compile_expression, new_activation, to_cel
 from sunk.policy.functions import FUNCTIONS
+from sunk.quantity import Quantity
 
 
 def run(expression: str, **values: Any) -> Any:
