@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from sunk import kube
@@ -32,6 +33,7 @@ from sunk.loops.workqueue import WorkQueue
 from sunk.model.cluster import Cluster
 from sunk.model.slurmwatch import SlurmWatch
 from sunk.model.state import PodRecord
+from sunk.plans import actions as do
 from sunk.plans import ownership, podplan
 from sunk.plans.decide import ENDED_PHASES, JobView, waiting
 from sunk.plans.translate import TranslateSettings
@@ -247,25 +249,32 @@ class Scheduler:
             return
         facts = await self.pod_facts.gather(pod)
         record = self._record(pod, facts)
-        plan = podplan.plan_pod(facts)
         tries = self.queue.failures(key)
-        await self.executor.apply_pod(pod, record, plan.actions, tries=tries)
-        if plan.submit:
-            namespace = self.cluster.namespace(pod["metadata"]["namespace"])
-            if namespace is None:  # its watch is behind the Pod's: policies may read it
-                raise RetryLater(f"namespace {pod['metadata']['namespace']} not seen yet")
-            whole = await self.cluster.whole_pod(pod)
-            if whole is None:  # gone, or replaced by a Pod of that name: its events follow
-                raise RetryLater(f"pod {kube.key(pod)} is gone or was replaced")
-            decision = self.policies.evaluate(whole, namespace)
-            submission = podplan.plan_submission(
-                pod, decision, self.cluster.snapshot(), self.translate_settings,
-                annotation_prefix=self.settings.annotation_prefix, first_try=tries == 0)
-            await self.executor.apply_pod(pod, record, submission, tries=tries)
+        plan = podplan.plan_pod(facts)
+        steps: list[do.PodAction] = [*plan.actions]
+        if plan.submit:  # what a submission needs is read only when there is one to make
+            steps += await self._plan_submission(pod, first_try=tries == 0)
+        await self.executor.apply_pod(pod, record, steps, tries=tries)
         if gang_key is None:  # done: the watch's echo of what it wrote needs no second look
             newest, view = self.pod_facts.job_cached(pod["metadata"]["uid"])
             self._settled[key] = Settled(self._as_reconciled(pod), newest,
                                          view is not None and waiting(view))
+
+    async def _plan_submission(self, pod: kube.Obj, *, first_try: bool
+                               ) -> Sequence[do.PodAction]:
+        """A new job's part of the plan: the Pod's Namespace and whole object read, the
+        policies' decision, then :func:`podplan.plan_submission` (or a wait while either is
+        missing)."""
+        namespace = self.cluster.namespace(pod["metadata"]["namespace"])
+        if namespace is None:  # its watch is behind the Pod's: policies may read it
+            return [do.RetryLater(f"namespace {pod['metadata']['namespace']} not seen yet")]
+        whole = await self.cluster.whole_pod(pod)
+        if whole is None:  # gone, or replaced by a Pod of that name: its events follow
+            return [do.RetryLater(f"pod {kube.key(pod)} is gone or was replaced")]
+        decision = self.policies.evaluate(whole, namespace)
+        return podplan.plan_submission(
+            pod, decision, self.cluster.snapshot(), self.translate_settings,
+            annotation_prefix=self.settings.annotation_prefix, first_try=first_try)
 
     def _record(self, pod: kube.Obj, facts: podplan.PodFacts) -> PodRecord:
         """The Pod's line on the dashboard, brought up to date."""

@@ -162,6 +162,23 @@ async def test_a_pod_whose_namespace_is_not_cached_waits(loop: Loop) -> None:
     assert bed.slurm.seen == [] and bed.kube.seen == []
 
 
+async def test_a_reconcile_plans_once_and_applies_one_plan(loop: Loop) -> None:
+    """The Pod's plan and its submission's part are one list, applied once, in order: what
+    a reconcile does can be read as that list."""
+    bed, applied = loop.bed, []
+    apply_pod = bed.executor.apply_pod
+
+    async def recorded(pod: Any, record: Any, actions: Any, *, tries: int = 0) -> None:
+        applied.append([type(a).__name__ for a in actions])
+        await apply_pod(pod, record, actions, tries=tries)
+
+    bed.executor.apply_pod = recorded  # type: ignore[method-assign]
+    put(bed.cluster.pod_informers[0], pod(annotations={JOB_ID: "7", POD_UID: "someone-else"}))
+    await loop.scheduler.reconcile("ns/p")
+    assert applied == [["ReportIgnored", "Submit"]]
+    assert len(bed.slurm.calls("POST", SUBMIT)) == 1
+
+
 async def test_a_pod_the_policies_refuse_is_rejected_not_submitted(loop: Loop) -> None:
     bed = loop.bed
     put(bed.cluster.pod_informers[0], pod(requests={}))
