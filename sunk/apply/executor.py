@@ -3,7 +3,8 @@
 The one place where sunk writes: to the API server (annotations, bindings, deletions, Events,
 taints, evictions) and to Slurm (submissions, cancellations, node drains). Each write is
 recorded in the assume cache, the dashboard's records and the metrics. A Pod's and a gang's
-plans are applied here, with three parts of the executor's own:
+plans are applied here (a gang's through :mod:`sunk.apply.gangs`), with three parts of the
+executor's own:
 
 - :mod:`sunk.apply.annotations`: a Pod's annotations, in order; a new job's id in the
   background (assumed at once, retried until written), after a moment in which a job that
@@ -37,7 +38,7 @@ from sunk.plans import ownership
 from sunk.plans.nodeplan import NodeFacts
 from sunk.runtime import metrics
 from sunk.slurm.client import SlurmError
-from sunk.slurm.job import Job, PodIdentity
+from sunk.slurm.job import Job
 
 log = logging.getLogger("sunk.apply.executor")
 
@@ -165,10 +166,10 @@ class Executor:
             raise
         log.info("pod %s: submitted job %d", kube.key(pod), job_id)
         record.job_id = job_id  # the dashboard's line: the echo of the job id may not be looked at
-        self._write_job_id_soon(pod, job_id)
+        self.write_job_id_soon(pod, job_id)
         record.note("JobSubmitted", f"Slurm job {job_id}")
 
-    def _write_job_id_soon(self, pod: kube.Obj, job_id: int) -> None:
+    def write_job_id_soon(self, pod: kube.Obj, job_id: int) -> None:
         """A new job's id onto its Pod (a gang member's alike): believed at once, written after
         :data:`~sunk.apply.annotations.JOB_ID_WAIT` unless the Pod's binding carries it."""
         self.annotator.write_soon(pod, {self.owned.job_id: str(job_id),
@@ -200,58 +201,6 @@ class Executor:
         meta = pod["metadata"]
         return self.cluster.state.record(meta["namespace"], meta["name"], meta["uid"],
                                          kube.created(pod))
-
-    # -- a gang (sunk.plans.gangplan) --------------------------------------------------------------
-    async def apply_gang(self, gang_id: str, pods: dict[str, kube.Obj],
-                         steps: Iterable[tuple[str | None, do.PodAction]]) -> None:
-        """Apply a gang's plan in order; its binds go last, all at once."""
-        binds: list[tuple[kube.Obj, do.Bind]] = []
-        later: do.RetryLater | None = None
-        for target, action in steps:
-            if target is None:
-                match action:
-                    case do.Replace(lost_job, counted):
-                        into = self.memory.replaced if counted else self.memory.withdrawn
-                        into.setdefault(gang_id, set()).add(lost_job)
-                    case do.CancelJob(job_id, why):
-                        await self.cancel(job_id, f"gang {gang_id[:8]}", why)
-                        self.memory.gang_cancelled.setdefault(gang_id, set()).add(job_id)
-                    case do.RetryLater():
-                        later = action
-                continue
-            pod = pods[target]
-            if isinstance(action, do.Bind):
-                binds.append((pod, action))
-                continue
-            if isinstance(action, do.PodEvent):
-                told = self.memory.told_gang.setdefault(pod["metadata"]["uid"], set())
-                if (action.reason, action.message) in told:
-                    continue
-                told.add((action.reason, action.message))
-            await self.apply_pod(pod, self.record(pod), (action,))
-        # The members' Scheduled Events are sent once every binding has been answered: sent
-        # as each member was bound, they competed with the last bindings for the API server.
-        events: list[Callable[[], None]] = []
-        results = await asyncio.gather(
-            *(self.binder.bind(pod, self.record(pod), b.k8s_node, b.slurm_node, b.job_id,
-                               b.annotations, events=events) for pod, b in binds),
-            return_exceptions=True)
-        for send in events:
-            send()
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-        if later is not None:
-            raise RetryLater(later.why, room=later.room)
-
-    async def submit_gang(self, gang: PodIdentity, members: list[kube.Obj],
-                          job: dict[str, Any]) -> int:
-        """Submit a gang's job; its id goes onto every member as a Pod's does."""
-        job_id = await self.submitter.submit(gang.uid, job)
-        log.info("gang %s: submitted job %d for %d Pods", gang.key, job_id, len(members))
-        for pod in members:
-            self._write_job_id_soon(pod, job_id)
-        return job_id
 
     # -- a node (sunk.apply.nodeexecutor) ---------------------------------------------------------
     async def apply_node(self, facts: NodeFacts, node: kube.Obj, slurmd: kube.Obj,

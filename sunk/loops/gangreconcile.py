@@ -13,16 +13,16 @@ import time
 from collections.abc import Callable
 
 from sunk import kube
-from sunk.apply.executor import Executor, RetryLater
+from sunk.apply.executor import Executor
+from sunk.apply.gangs import GangExecutor
 from sunk.model.cluster import Cluster
 from sunk.model.state import GangMember, GangRecord
 from sunk.plans import actions as do
 from sunk.plans import gang, gangplan, podplan
 from sunk.plans.decide import JobView
-from sunk.plans.translate import NoRoom, TranslateSettings, Unschedulable, gang_job_description
+from sunk.plans.translate import TranslateSettings
 from sunk.policy.loader import PolicyStore
 from sunk.runtime import metrics
-from sunk.slurm.client import SlurmError
 from sunk.slurm.job import PodIdentity, member_id
 from sunk.slurm.text import expand_hostlist
 
@@ -40,6 +40,7 @@ class GangReconciler:
         self.settings = cluster.settings
         self.prefix = self.settings.annotation_prefix
         self.recheck = recheck
+        self.gang_executor = GangExecutor(executor)
 
     def claim(self, pod: kube.Obj) -> gang.Claim | None:
         return gang.claim(pod, self.prefix, self.cluster.gang_owners())
@@ -55,7 +56,10 @@ class GangReconciler:
         plan = gangplan.plan_gang(facts)
         record = self._record(found, facts, plan)
         by_key = {kube.key(p): p for p, _ in claimed}
-        await self.executor.apply_gang(found.id, by_key, plan.steps)
+        steps = plan.steps
+        if plan.submit:  # what a submission needs is read only when there is one to make
+            steps += await self._plan_submission(found, by_key, first_try=first_try)
+        await self.gang_executor.apply(found.id, record, by_key, steps)
         binds = [a for _, a in plan.steps if isinstance(a, do.Bind)]
         if binds and not any(isinstance(a, do.RetryLater) for _, a in plan.steps) and (
                 first := self.executor.memory.gang_started.get(found.id)):
@@ -66,9 +70,6 @@ class GangReconciler:
                      len(facts.job.members) if facts.job else 0, took, first[0])
         if plan.recheck_in is not None:
             self.recheck(key, plan.recheck_in)
-        if plan.submit:
-            await self._submit(found, [by_key[m.key] for m in found.members], record,
-                               first_try=first_try)
 
     def _facts(self, found: gang.Gang, pods: list[kube.Obj]) -> gangplan.GangFacts:
         job_id = self.cluster.jobs.by_uid.get(found.id)
@@ -108,68 +109,35 @@ class GangReconciler:
             incomplete_after=self.settings.gang_incomplete_timeout,
             bind_within=self.settings.gang_bind_timeout)
 
-    async def _submit(self, found: gang.Gang, members: list[kube.Obj], record: GangRecord, *,
-                      first_try: bool) -> None:
-        """Every member through the policies and translated; one denied fails the gang."""
-        descriptions = []
-        by_key = {kube.key(p): p for p in members}
-        for pod in members:
-            namespace = self.cluster.namespace(pod["metadata"]["namespace"])
-            if namespace is None:
-                raise RetryLater(f"namespace {pod['metadata']['namespace']} not seen yet")
-            whole = await self.cluster.whole_pod(pod)
-            if whole is None:  # gone, or replaced by a Pod of that name: its events follow
-                raise RetryLater(f"pod {kube.key(pod)} is gone or was replaced")
-            decision = self.policies.evaluate(whole, namespace)
-            actions = podplan.plan_submission(
-                pod, decision, self.cluster.snapshot(), self.translate_settings,
-                annotation_prefix=self.prefix, first_try=first_try)
-            *told, last = actions
-            for action in told:  # warnings: on the member they are about
-                await self.executor.apply_gang(found.id, by_key, [(kube.key(pod), action)])
-            match last:
-                case do.Submit(description):
-                    descriptions.append(dict(description))
-                case do.Reject(reason, message):
-                    await self._fail(found, members, record, reason,
-                                     f"member {pod['metadata']['name']}: {message}")
-                    return
-                case do.RetryLater(why, room):
-                    raise RetryLater(f"member {pod['metadata']['name']}: {why}", room=room)
+    async def _plan_submission(self, found: gang.Gang, pods: dict[str, kube.Obj], *,
+                               first_try: bool) -> tuple[gangplan.Step, ...]:
+        """The gang's job as part of its plan: every member through the policies and
+        translated as a Pod would be (stopping at the first that cannot be submitted), then
+        :func:`gangplan.plan_gang_submission`."""
+        members: list[gangplan.MemberSubmission] = []
+        for member in found.members:
+            pod = pods[member.key]
+            actions = await self._member_submission(pod, first_try=first_try)
+            members.append(gangplan.MemberSubmission(member.key, pod["metadata"]["name"],
+                                                     actions))
+            if not isinstance(actions[-1], do.Submit):
+                break
         who = PodIdentity(found.namespace, found.name, found.id,
                           self.settings.scheduler_name, tuple(m.id for m in found.members))
-        try:
-            job = gang_job_description(descriptions, who, self.cluster.snapshot())
-        except Unschedulable as exc:
-            await self._fail(found, members, record, exc.reason, str(exc))
-            return
-        except NoRoom as exc:
-            raise RetryLater(str(exc), room=True) from exc
-        try:
-            record.job_id = await self.executor.submit_gang(who, members, job)
-        except SlurmError as exc:
-            if not exc.permanent:
-                raise
-            await self._fail(found, members, record, "SlurmRefused",
-                             f"Slurm refused the job: {exc.slurm_message}")
-            return
-        record.note("JobSubmitted", f"Slurm job {record.job_id} for {len(members)} nodes")
-        await self.executor.apply_gang(found.id, by_key, [
-            (kube.key(p), do.PodEvent(
-                "GangSubmitted", f"gang {found.name}: Slurm job {record.job_id} asks for "
-                                 f"{len(members)} nodes at once; this Pod is rank "
-                                 f"{m.rank}")) for p, m in zip(members, found.members,
-                                                              strict=True)])
+        return gangplan.plan_gang_submission(found, who, members, self.cluster.snapshot())
 
-    async def _fail(self, found: gang.Gang, members: list[kube.Obj], record: GangRecord,
-                    reason: str, message: str) -> None:
-        """One member can never run: the whole gang is rejected, with an Event on each."""
-        record.problem = f"{reason}: {message}"
-        metrics.PODS_REJECTED.inc(len(members))
-        log.info("gang %s rejected: %s: %s", found.key, reason, message)
-        by_key = {kube.key(p): p for p in members}
-        await self.executor.apply_gang(found.id, by_key, [
-            (kube.key(p), do.Reject(reason, f"gang {found.name}: {message}")) for p in members])
+    async def _member_submission(self, pod: kube.Obj, *, first_try: bool
+                                 ) -> tuple[do.PodAction, ...]:
+        namespace = self.cluster.namespace(pod["metadata"]["namespace"])
+        if namespace is None:  # its watch is behind the Pod's: policies may read it
+            return (do.RetryLater(f"namespace {pod['metadata']['namespace']} not seen yet"),)
+        whole = await self.cluster.whole_pod(pod)
+        if whole is None:  # gone, or replaced by a Pod of that name: its events follow
+            return (do.RetryLater(f"pod {kube.key(pod)} is gone or was replaced"),)
+        decision = self.policies.evaluate(whole, namespace)
+        return podplan.plan_submission(pod, decision, self.cluster.snapshot(),
+                                       self.translate_settings, annotation_prefix=self.prefix,
+                                       first_try=first_try)
 
     def _record(self, found: gang.Gang, facts: gangplan.GangFacts,
                 plan: gangplan.GangPlan) -> GangRecord:

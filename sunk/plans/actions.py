@@ -13,6 +13,7 @@ from typing import Any
 
 from sunk.plans.fit import Capacity
 from sunk.plans.locking import LockState
+from sunk.slurm.job import PodIdentity
 
 # -- a Pod and its job -------------------------------------------------------------------------
 
@@ -120,6 +121,32 @@ class RetryLater:
 
 PodAction = (PodEvent | ReportIgnored | Annotate | Submit | Reject | Bind | CancelJob | DeletePod
              | Replace | Refit | ReportNotCounted | RetryLater)
+
+# -- a gang as a whole ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SubmitGang:
+    """Submit the gang's one job; its id goes onto every member. ``members``: each member's
+    Pod key and rank, in rank order."""
+
+    gang: PodIdentity
+    job: Mapping[str, Any]
+    members: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class RejectGang:
+    """A member can never run, so neither can the gang: every member in ``members`` is
+    rejected, and the gang's record says why."""
+
+    name: str
+    reason: str
+    message: str
+    members: tuple[str, ...]
+
+
+GangAction = PodAction | SubmitGang | RejectGang
 
 # -- a node's lock and drain -------------------------------------------------------------------
 

@@ -16,10 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
+from typing import Any
 
 from sunk.plans import actions as do
+from sunk.plans import placement
 from sunk.plans.decide import JobView
 from sunk.plans.gang import NODE_ANNOTATION, RANK_ANNOTATION, TERMINAL, Gang
+from sunk.plans.translate import NoRoom, Unschedulable, gang_job_description
+from sunk.slurm.job import PodIdentity
 
 #: How often a gang gets a new job after its job was held, failed to launch or was not
 #: bound in time; then its members are deleted.
@@ -77,7 +81,7 @@ class GangFacts:
     bind_within: float = 60.0
 
 
-Step = tuple[str | None, do.PodAction]
+Step = tuple[str | None, do.GangAction]
 """An action on one member (its key), or on the gang as a whole (None)."""
 
 
@@ -229,3 +233,50 @@ def _without_live_job(f: GangFacts, job: GangJob | None, live: list[MemberFacts]
                               "exist", warning=True))),
             waiting=f"{have}; nothing is submitted until all exist")
     return GangPlan(submit=True, waiting="submitting its job")
+
+
+# -- its submission ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemberSubmission:
+    """One member's part of the gang's submission: its own plan as a Pod's would be
+    (:func:`sunk.plans.podplan.plan_submission`: warnings, then ``Submit``, ``Reject`` or
+    ``RetryLater``)."""
+
+    key: str
+    name: str
+    actions: tuple[do.PodAction, ...]
+
+
+def plan_gang_submission(gang: Gang, who: PodIdentity, members: list[MemberSubmission],
+                         snapshot: placement.Snapshot) -> tuple[Step, ...]:
+    """The gang's job, all or nothing: each member's warnings on that member, then the job of
+    every member's description (:func:`gang_job_description`), or the first member's refusal
+    for the whole gang, or a wait. ``members`` may stop at the first that cannot submit."""
+    steps: list[Step] = []
+    descriptions: list[dict[str, Any]] = []
+    for member in members:
+        *told, last = member.actions
+        steps += [(member.key, action) for action in told]
+        match last:
+            case do.Submit(description):
+                descriptions.append(dict(description))
+            case do.Reject(reason, message):
+                return (*steps, _reject(gang, reason, f"member {member.name}: {message}"))
+            case do.RetryLater(why, room):
+                return (*steps, (None, do.RetryLater(f"member {member.name}: {why}", room)))
+    try:
+        job = gang_job_description(descriptions, who, snapshot)
+    except Unschedulable as exc:
+        return (*steps, _reject(gang, exc.reason, str(exc)))
+    except NoRoom as exc:
+        return (*steps, (None, do.RetryLater(str(exc), room=True)))
+    return (*steps, (None, do.SubmitGang(who, job, tuple((m.key, m.rank)
+                                                          for m in gang.members))))
+
+
+def _reject(gang: Gang, reason: str, message: str) -> Step:
+    return (None, do.RejectGang(gang.name, reason, message,
+                                tuple(m.key for m in gang.members)))
+

@@ -15,11 +15,12 @@ import pytest
 from sunk import kube
 from sunk.apply.binding import scheduled_message
 from sunk.apply.executor import Executor, RetryLater
+from sunk.apply.gangs import GangExecutor
 from sunk.apply.ports import KubeAPI
 from sunk.hooks.auth import HookKeys
 from sunk.model.cluster import Cluster
 from sunk.model.slurmwatch import SlurmWatch
-from sunk.model.state import PodRecord
+from sunk.model.state import GangRecord, PodRecord
 from sunk.plans import actions as do
 from sunk.plans.locking import LOCK_KEY, LockState
 from sunk.plans.nodeplan import NodeFacts
@@ -247,7 +248,7 @@ async def test_a_gang_members_scheduled_event_names_its_gang_jobs_account_and_qo
     bed.cluster.jobs.jobs[50] = Job(job_id=50, name="gang:ns/job:g", state="RUNNING",
                                     extra="", nodes="slurm-[1-2]", reason="",
                                     raw={"account": "training", "qos": "gang"})
-    await bed.executor.apply_gang("gang-id", {"ns/p": pod()}, [
+    await GangExecutor(bed.executor).apply("gang-id", gang_record(), {"ns/p": pod()}, [
         ("ns/p", do.Bind("node-a", "slurm-1", 50, {f"{PREFIX}rank": "0"}))])
     assert await scheduled_event(bed) == (
         "Successfully assigned ns/p to node-a (Slurm node slurm-1, job 50, account training, "
@@ -280,7 +281,7 @@ async def test_a_gangs_scheduled_events_follow_every_members_binding(bed: Bed) -
     bed.kube.routes[("POST", "/api/v1/namespaces/ns/pods/")] = binding  # type: ignore[assignment]
     bed.kube.routes[("POST", "/api/v1/namespaces/ns/events")] = event
     members = {f"ns/p{i}": member(i) for i in range(4)}
-    await bed.executor.apply_gang("gang-id", members, [
+    await GangExecutor(bed.executor).apply("gang-id", gang_record(), members, [
         (key, do.Bind("node-a", "slurm-1", 50, {f"{PREFIX}rank": key[-1]})) for key in members])
     await settle(bed)
     assert [what for what, _ in timeline] == ["bound"] * 4 + ["event"] * 4
@@ -594,6 +595,10 @@ async def test_a_job_that_starts_at_once_has_its_id_carried_by_the_binding(
     assert bed.cluster.assumed.waiting() == 0
 
 
+def gang_record() -> GangRecord:
+    return GangRecord("ns", "job:g", None)
+
+
 def gang_members(bed: Bed, annotations: dict[str, str] | None = None,
                  count: int = 2) -> dict[str, dict[str, Any]]:
     add_node(bed, cpu="16")
@@ -610,12 +615,15 @@ async def submit_and_bind_gang(bed: Bed, members: dict[str, dict[str, Any]],
     gang = PodIdentity("ns", "job:g", "gang-id", NAME, tuple(f"m{i}" for i in range(len(members))))
     job = {"name": "gang:ns/job:g", "extra": job_extra(gang), "admin_comment":
            admin_comment(gang), "environment": ["PATH=/bin"]}
-    assert await bed.executor.submit_gang(gang, list(members.values()), job) == 41
+    record, gangs = gang_record(), GangExecutor(bed.executor)
+    await gangs.apply("gang-id", record, members, [
+        (None, do.SubmitGang(gang, job, tuple((key, i) for i, key in enumerate(members))))])
+    assert record.job_id == 41
     for member in members.values():  # believed at once
         assert bed.cluster.assumed.annotations(member)[f"{PREFIX}job-id"] == "41"
     if settle_between:
         await settle(bed)
-    await bed.executor.apply_gang("gang-id", members, [  # as sunk.plans.gangplan binds them
+    await gangs.apply("gang-id", record, members, [  # as sunk.plans.gangplan binds them
         (key, do.Bind("node-a", "slurm-1", 41, {
             f"{PREFIX}gang-rank": key[-1], f"{PREFIX}gang-node": "slurm-1",
             f"{PREFIX}job-id": "41"})) for key in members])

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from sunk.plans.gang import gang_id
+from sunk.plans import actions as do
+from sunk.plans.gang import Gang, Member, gang_id
+from sunk.plans.gangplan import MemberSubmission, plan_gang_submission
 from sunk.plans.placement import NodeInfo, Snapshot
 from sunk.plans.translate import (
     NoRoom,
@@ -246,3 +248,58 @@ def test_an_unknown_cluster_is_not_checked() -> None:
     members = [member(i, snap=empty) for i in range(6)]
     job = gang_job_description(members, who(6), empty)
     assert job["nodes"] == "6" and "excluded_nodes" not in job
+
+
+# -- the gang's submission as a plan (sunk.plans.gangplan.plan_gang_submission) -------------------
+
+def gang(n: int) -> Gang:
+    return Gang("ns", NAME, n, tuple(Member(f"ns/p-{i}", UIDS[i], i) for i in range(n)))
+
+
+def submission(i: int, *actions: do.PodAction) -> MemberSubmission:
+    return MemberSubmission(f"ns/p-{i}", f"p-{i}", actions)
+
+
+WARN = do.PodEvent("UnknownAnnotation", "sunk.coreweave.com/x is not known", warning=True)
+
+
+def test_every_member_submits_one_job_for_the_gang_after_its_warnings() -> None:
+    steps = plan_gang_submission(gang(2), who(2), [
+        submission(0, WARN, do.Submit(member(0))), submission(1, do.Submit(member(1)))], SNAP)
+    *told, (target, last) = steps
+    assert told == [("ns/p-0", WARN)]
+    assert target is None and isinstance(last, do.SubmitGang)
+    assert last.gang == who(2) and last.members == (("ns/p-0", 0), ("ns/p-1", 1))
+    assert last.job == gang_job_description([member(0), member(1)], who(2), SNAP)
+
+
+def test_one_member_refused_rejects_the_gang_naming_it() -> None:
+    steps = plan_gang_submission(gang(3), who(3), [
+        submission(0, do.Submit(member(0))),
+        submission(1, WARN, do.Reject("MissingResourceRequests", "no CPU request"))], SNAP)
+    assert steps == (("ns/p-1", WARN), (None, do.RejectGang(
+        NAME, "MissingResourceRequests", "member p-1: no CPU request",
+        ("ns/p-0", "ns/p-1", "ns/p-2"))))
+
+
+def test_one_member_that_must_wait_makes_the_gang_wait() -> None:
+    steps = plan_gang_submission(gang(2), who(2), [
+        submission(0, do.RetryLater("namespace ns not seen yet"))], SNAP)
+    assert steps == ((None, do.RetryLater("member p-0: namespace ns not seen yet")),)
+    steps = plan_gang_submission(gang(2), who(2), [
+        submission(0, do.Submit(member(0))), submission(1, do.RetryLater("no room", True))],
+        SNAP)
+    assert steps == ((None, do.RetryLater("member p-1: no room", room=True)),)
+
+
+def test_a_gang_slurm_cannot_place_is_rejected_or_waits_for_room() -> None:
+    conflict = plan_gang_submission(gang(2), who(2), [
+        submission(0, do.Submit(member(0, mappings={"required_nodes": ["h1"]}))),
+        submission(1, do.Submit(member(1, nodeSelector={MODEL: "A100"})))], SNAP)
+    assert [type(a).__name__ for _, a in conflict] == ["RejectGang"]
+    assert conflict[-1][1] == do.RejectGang(
+        NAME, "PlacementConflict",
+        "one member requires node(s) h1 that another member cannot use", ("ns/p-0", "ns/p-1"))
+    full = [submission(i, do.Submit(member(i, nodeSelector={MODEL: "A100"}))) for i in range(3)]
+    assert plan_gang_submission(gang(3), who(3), full, SNAP) == ((None, do.RetryLater(
+        "the gang needs 3 nodes; only 2 can take every member now; waiting", room=True)),)

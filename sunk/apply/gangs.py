@@ -1,0 +1,114 @@
+"""Carries out a gang's plan (:mod:`sunk.plans.gangplan`): its members' actions through the
+executor, the gang's one job submitted or the gang rejected as a whole, and the members'
+bindings last, all at once."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+
+from sunk import kube
+from sunk.apply.executor import Executor
+from sunk.apply.retry import RetryLater
+from sunk.model.state import GangRecord
+from sunk.plans import actions as do
+from sunk.plans.gangplan import Step
+from sunk.slurm.client import SlurmError
+
+log = logging.getLogger("sunk.gangs")
+
+
+class GangExecutor:
+    """A gang's steps, in order: ``(None, action)`` is the gang's, ``(Pod key, action)`` one
+    member's (applied as a Pod's, each Event told once)."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self.memory = executor.memory
+
+    async def apply(self, gang_id: str, record: GangRecord, pods: dict[str, kube.Obj],
+                    steps: Iterable[Step]) -> None:
+        """Apply the steps in order; the binds go last, all at once; a wait is raised last."""
+        binds: list[tuple[kube.Obj, do.Bind]] = []
+        later: do.RetryLater | None = None
+        for target, action in steps:
+            if target is not None:
+                if isinstance(action, do.Bind):
+                    binds.append((pods[target], action))
+                elif not isinstance(action, do.SubmitGang | do.RejectGang):
+                    await self._apply_member(pods[target], action)
+                continue
+            match action:
+                case do.Replace(lost_job, counted):
+                    into = self.memory.replaced if counted else self.memory.withdrawn
+                    into.setdefault(gang_id, set()).add(lost_job)
+                case do.CancelJob(job_id, why):
+                    await self.executor.cancel(job_id, f"gang {gang_id[:8]}", why)
+                    self.memory.gang_cancelled.setdefault(gang_id, set()).add(job_id)
+                case do.RetryLater():
+                    later = action
+                case do.SubmitGang():
+                    await self._submit(action, record, pods)
+                case do.RejectGang():
+                    await self._reject(action, record, pods)
+        await self._bind_all(binds)
+        if later is not None:
+            raise RetryLater(later.why, room=later.room)
+
+    async def _apply_member(self, pod: kube.Obj, action: do.PodAction) -> None:
+        if isinstance(action, do.PodEvent):
+            told = self.memory.told_gang.setdefault(pod["metadata"]["uid"], set())
+            if (action.reason, action.message) in told:
+                return
+            told.add((action.reason, action.message))
+        await self.executor.apply_pod(pod, self.executor.record(pod), (action,))
+
+    async def _bind_all(self, binds: list[tuple[kube.Obj, do.Bind]]) -> None:
+        """The members' Scheduled Events are sent once every binding has been answered: sent
+        as each member was bound, they competed with the last bindings for the API server."""
+        events: list[Callable[[], None]] = []
+        results = await asyncio.gather(
+            *(self.executor.binder.bind(pod, self.executor.record(pod), b.k8s_node,
+                                        b.slurm_node, b.job_id, b.annotations, events=events)
+              for pod, b in binds),
+            return_exceptions=True)
+        for send in events:
+            send()
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def _submit(self, submit: do.SubmitGang, record: GangRecord,
+                      pods: dict[str, kube.Obj]) -> None:
+        """The gang's job; its id goes onto every member as a Pod's does. A refusal Slurm
+        would repeat rejects the gang; any other failure is retried."""
+        members = [pods[key] for key, _ in submit.members]
+        try:
+            job_id = await self.executor.submitter.submit(submit.gang.uid, dict(submit.job))
+        except SlurmError as exc:
+            if not exc.permanent:
+                raise
+            await self._reject(do.RejectGang(submit.gang.name, "SlurmRefused",
+                                             f"Slurm refused the job: {exc.slurm_message}",
+                                             tuple(key for key, _ in submit.members)),
+                               record, pods)
+            return
+        log.info("gang %s: submitted job %d for %d Pods", submit.gang.key, job_id, len(members))
+        for pod in members:
+            self.executor.write_job_id_soon(pod, job_id)
+        record.job_id = job_id
+        record.note("JobSubmitted", f"Slurm job {job_id} for {len(members)} nodes")
+        for pod, (_, rank) in zip(members, submit.members, strict=True):
+            await self._apply_member(pod, do.PodEvent(
+                "GangSubmitted", f"gang {submit.gang.name}: Slurm job {job_id} asks for "
+                                 f"{len(members)} nodes at once; this Pod is rank {rank}"))
+
+    async def _reject(self, reject: do.RejectGang, record: GangRecord,
+                      pods: dict[str, kube.Obj]) -> None:
+        """One member can never run: the whole gang is rejected, with an Event on each."""
+        record.problem = f"{reject.reason}: {reject.message}"
+        log.info("gang %s rejected: %s: %s", reject.name, reject.reason, reject.message)
+        for key in reject.members:
+            await self._apply_member(pods[key], do.Reject(
+                reject.reason, f"gang {reject.name}: {reject.message}"))
