@@ -50,16 +50,20 @@ class Binder:
         self.owned = owned
         self.pod_event = pod_event
 
-    async def bind(self, pod: kube.Obj, record: PodRecord, k8s_node: str, slurm_node: str,
-                   job_id: int, annotations: Mapping[str, str] | None = None, *,
-                   events: list[Callable[[], None]] | None = None) -> None:
-        """Bind; its Scheduled Event is sent at once, or left in ``events`` for the caller."""
-        # Checked and counted with no await between: two Pods bound at once to one Node
-        # cannot both take its last room.
+    def reserve(self, pod: kube.Obj, k8s_node: str) -> None:
+        """The Pod's room on ``k8s_node`` (:class:`sunk.plans.actions.Reserve`): checked and
+        counted with no await between, so two Pods bound at once to one Node cannot both take
+        its last room."""
         if lacking := self.cluster.room(pod, k8s_node):
             raise RetryLater(f"Node {k8s_node} has no room any more: {'; '.join(lacking)}",
                              room=True)
         self.cluster.usage.assume_bound(pod, k8s_node)
+
+    async def bind(self, pod: kube.Obj, record: PodRecord, k8s_node: str, slurm_node: str,
+                   job_id: int, annotations: Mapping[str, str] | None = None, *,
+                   events: list[Callable[[], None]] | None = None) -> None:
+        """Bind a Pod whose room is reserved (:meth:`reserve`); a failed binding releases it.
+        Its Scheduled Event is sent at once, or left in ``events`` for the caller."""
         carried = self.annotator.carried_by_binding(pod)
         written = {**carried, **(annotations or {})}
         if self.owned.job_id in written:  # (a gang's) with the uid it is for, whatever goes first
@@ -68,7 +72,7 @@ class Binder:
             await self.kube.bind(pod, k8s_node, {
                 key: value for key, value in written.items() if value is not None})
         except BaseException as exc:
-            self.cluster.usage.binding_failed(pod)  # not bound: hold nothing there
+            self.cluster.usage.binding_failed(pod)  # not bound: the reservation is released
             if carried and isinstance(exc, Exception) and self.cluster.assumed.still_assumed(
                     pod["metadata"]["uid"], carried):  # (not when shutting down: cancelled)
                 self.annotator.write_soon(pod, carried)  # not carried after all: on its own

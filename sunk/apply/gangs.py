@@ -30,12 +30,15 @@ class GangExecutor:
     async def apply(self, gang_id: str, record: GangRecord, pods: dict[str, kube.Obj],
                     steps: Iterable[Step]) -> None:
         """Apply the steps in order; the binds go last, all at once; a wait is raised last."""
-        binds: list[tuple[kube.Obj, do.Bind]] = []
+        binds: list[tuple[kube.Obj, do.Reserve, do.Bind]] = []
+        reserved: dict[str, do.Reserve] = {}
         later: do.RetryLater | None = None
         for target, action in steps:
             if target is not None:
-                if isinstance(action, do.Bind):
-                    binds.append((pods[target], action))
+                if isinstance(action, do.Reserve):
+                    reserved[target] = action  # taken with its binding, below
+                elif isinstance(action, do.Bind):
+                    binds.append((pods[target], reserved.pop(target), action))
                 elif not isinstance(action, do.SubmitGang | do.RejectGang):
                     await self._apply_member(pods[target], action)
                 continue
@@ -64,15 +67,20 @@ class GangExecutor:
             told.add((action.reason, action.message))
         await self.executor.apply_pod(pod, self.executor.record(pod), (action,))
 
-    async def _bind_all(self, binds: list[tuple[kube.Obj, do.Bind]]) -> None:
-        """The members' Scheduled Events are sent once every binding has been answered: sent
-        as each member was bound, they competed with the last bindings for the API server."""
+    async def _bind_all(self, binds: list[tuple[kube.Obj, do.Reserve, do.Bind]]) -> None:
+        """Every member reserved and bound at once. The members' Scheduled Events are sent
+        once every binding has been answered: sent as each member was bound, they competed
+        with the last bindings for the API server."""
         events: list[Callable[[], None]] = []
-        results = await asyncio.gather(
-            *(self.executor.binder.bind(pod, self.executor.record(pod), b.k8s_node,
-                                        b.slurm_node, b.job_id, b.annotations, events=events)
-              for pod, b in binds),
-            return_exceptions=True)
+        binder = self.executor.binder
+
+        async def reserve_and_bind(pod: kube.Obj, reserve: do.Reserve, bind: do.Bind) -> None:
+            binder.reserve(pod, reserve.k8s_node)
+            await binder.bind(pod, self.executor.record(pod), bind.k8s_node, bind.slurm_node,
+                              bind.job_id, bind.annotations, events=events)
+
+        results = await asyncio.gather(*(reserve_and_bind(*each) for each in binds),
+                                       return_exceptions=True)
         for send in events:
             send()
         for result in results:

@@ -58,6 +58,16 @@ class Reject:
 
 
 @dataclass(frozen=True)
+class Reserve:
+    """Hold the Pod's room on Kubernetes Node ``k8s_node``, as kube-scheduler's Reserve: checked
+    against what is bound there and counted at once, with no wait between, so two Pods bound
+    together cannot both take a Node's last room. Comes right before the Pod's ``Bind``; the
+    room is released if the binding fails. A Node with no room any more is a wait for room."""
+
+    k8s_node: str
+
+
+@dataclass(frozen=True)
 class Bind:
     k8s_node: str
     slurm_node: str
@@ -119,8 +129,8 @@ class RetryLater:
     room: bool = False
 
 
-PodAction = (PodEvent | ReportIgnored | Annotate | Submit | Reject | Bind | CancelJob | DeletePod
-             | Replace | Refit | ReportNotCounted | RetryLater)
+PodAction = (PodEvent | ReportIgnored | Annotate | Submit | Reject | Reserve | Bind | CancelJob
+             | DeletePod | Replace | Refit | ReportNotCounted | RetryLater)
 
 # -- a gang as a whole ---------------------------------------------------------------------------
 

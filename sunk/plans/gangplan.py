@@ -158,6 +158,7 @@ def _bind(f: GangFacts, job: GangJob, of_job: list[MemberFacts | None]) -> GangP
         if member is None or member.bound or missing:  # all at once, or none yet
             continue
         k8s_node = f.k8s_nodes[node]
+        steps.append((member.key, do.Reserve(k8s_node)))
         steps.append((member.key, do.Bind(k8s_node, node, job.job_id, {
             f.prefix + RANK_ANNOTATION: str(rank), f.prefix + NODE_ANNOTATION: node,
             f.prefix + "job-id": str(job.job_id)})))

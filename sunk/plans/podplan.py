@@ -116,7 +116,7 @@ def _plan_bind(facts: PodFacts, job: JobView, job_id: int) -> list[do.PodAction]
                             f"no slurmd Pod has hostname {job.node}; waiting", warning=True),
                 do.RetryLater(f"Slurm node {job.node} has no slurmd Pod")]
     if not facts.no_room:
-        return [do.Bind(facts.k8s_node, job.node, job_id)]
+        return [do.Reserve(facts.k8s_node), do.Bind(facts.k8s_node, job.node, job_id)]
     why = (f"Slurm ran job {job_id} on {job.node}, but Node {facts.k8s_node} has "
            f"no room for the Pod ({'; '.join(facts.no_room)}): the kubelet would refuse it")
     actions: list[do.PodAction] = [

@@ -64,10 +64,15 @@ def three(**over: Any) -> list[MemberFacts]:
     return [member(i, **over) for i in range(3)]
 
 
-def bind(i: int, rank: int, job_id: int = 7) -> Step:
+def bound(i: int, rank: int, job_id: int = 7) -> Step:
     """Member i bound as rank ``rank``: the rank, node and job travel with the binding."""
     return (f"ns/p-{i}", do.Bind(K8S[NODES[rank]], NODES[rank], job_id, {
         RANK: str(rank), NODE: NODES[rank], JOB_ID: str(job_id)}))
+
+
+def bind(i: int, rank: int, job_id: int = 7) -> tuple[Step, Step]:
+    """Member i's room on its rank's Node reserved, then the member bound there."""
+    return (f"ns/p-{i}", do.Reserve(K8S[NODES[rank]])), bound(i, rank, job_id)
 
 
 def test_max_resubmits_is_three() -> None:
@@ -310,7 +315,7 @@ def test_the_fourth_job_that_failed_to_launch_deletes_the_gang() -> None:
 # -- a started job: binding by rank -------------------------------------------------------------
 def test_a_started_job_binds_rank_r_to_the_rth_node_with_its_rank_and_node() -> None:
     plan = plan_gang(facts(gang(), three(), job(STARTED), started_for=1.0))
-    assert plan == GangPlan((bind(0, 0), bind(1, 1), bind(2, 2)), recheck_in=59.0,
+    assert plan == GangPlan((*bind(0, 0), *bind(1, 1), *bind(2, 2)), recheck_in=59.0,
                             waiting="binding every member")
     assert not plan.submit
 
@@ -320,7 +325,7 @@ def test_ranks_follow_the_job_not_the_gang_or_names() -> None:
     j = job(STARTED, order=[2, 0, 1])
     plan = plan_gang(facts(gang(), three(), j, started_for=0.0))
     binds = [(t, a) for t, a in plan.steps if isinstance(a, do.Bind)]
-    assert binds == [bind(2, 0), bind(0, 1), bind(1, 2)]
+    assert binds == [bound(2, 0), bound(0, 1), bound(1, 2)]
 
 
 def test_nodes_are_taken_in_the_jobs_order() -> None:
@@ -336,7 +341,7 @@ def test_nodes_are_taken_in_the_jobs_order() -> None:
 def test_bound_members_are_skipped_and_an_all_bound_gang_needs_nothing() -> None:
     pods = [member(0, bound=True), member(1), member(2)]
     plan = plan_gang(facts(gang(), pods, job(STARTED), started_for=10.0))
-    assert plan.steps == (bind(1, 1), bind(2, 2))
+    assert plan.steps == (*bind(1, 1), *bind(2, 2))
     assert plan.recheck_in == 50.0
     done = [member(i, bound=True) for i in range(3)]
     assert plan_gang(facts(gang(), done, job(STARTED), started_for=1e6)) == GangPlan()

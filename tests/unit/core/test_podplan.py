@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sunk.plans import actions as do
 from sunk.plans import ownership, translate
@@ -160,7 +162,7 @@ def test_nothing_is_written_when_the_annotations_show_the_job() -> None:
 # -- binding ----------------------------------------------------------------------------------
 def test_a_started_job_binds_its_pod_to_the_node_of_its_slurm_node() -> None:
     plan = plan_pod(facts(PodView(job_id=7), RUNNING_STARTED, k8s_node="n1"))
-    assert plan == do.Plan((do.Bind("n1", "h1", 7),))
+    assert plan == do.Plan((do.Reserve("n1"), do.Bind("n1", "h1", 7)))
 
 
 def test_an_adopted_job_is_written_before_the_bind() -> None:
@@ -169,6 +171,7 @@ def test_an_adopted_job_is_written_before_the_bind() -> None:
     assert plan == do.Plan((
         do.Annotate({KEYS.job_id: "12", KEYS.pod_uid: UID, KEYS.rejected: None},
                     note="adopted job 12"),
+        do.Reserve("n1"),
         do.Bind("n1", "h1", 12),
     ))
 
@@ -501,3 +504,32 @@ def test_a_hold_a_person_set_is_left_to_them() -> None:
         pending = JobView(state="PENDING", reason=reason)
         assert plan_pod(PodFacts("ns/p", PodView(job_id=7), Ownership(job_id=7),
                                  pending)) == do.Plan(), reason
+
+
+# -- reservation ----------------------------------------------------------------------------------
+
+@settings(max_examples=400, deadline=None)
+@given(view=st.builds(PodView, phase=st.sampled_from(["Pending", "Running", "Failed"]),
+                      bound=st.booleans(), deleting=st.booleans(),
+                      job_id=st.one_of(st.none(), st.sampled_from([7, 12])),
+                      rejected=st.booleans()),
+       job=st.one_of(st.none(), st.builds(
+           JobView, state=st.sampled_from(["PENDING", "RUNNING", "COMPLETED", "CANCELLED"]),
+           started=st.booleans(), node=st.sampled_from(["", "h1"]))),
+       proven=st.sampled_from([None, 7, 12]),
+       k8s_node=st.sampled_from([None, "n1"]),
+       no_room=st.sampled_from([(), ("cpu: needs 2, 1 of 4 left",)]))
+def test_every_bind_comes_right_after_the_reservation_of_its_node(
+        view: PodView, job: JobView | None, proven: int | None, k8s_node: str | None,
+        no_room: tuple[str, ...]) -> None:
+    """As kube-scheduler's Reserve before Bind: the executor counts the room at the Reserve,
+    so a Bind without one would put a Pod on a Node unchecked."""
+    owned = read({KEYS.job_id: "7", KEYS.pod_uid: UID}, proven=proven) \
+        if proven else Ownership()
+    plan = plan_pod(PodFacts("ns/p", view, owned, job, k8s_node=k8s_node, no_room=no_room))
+    actions = list(plan.actions)
+    for i, action in enumerate(actions):
+        if isinstance(action, do.Bind):
+            assert i > 0 and actions[i - 1] == do.Reserve(action.k8s_node), actions
+    reserves = [a for a in actions if isinstance(a, do.Reserve)]
+    assert len(reserves) == sum(isinstance(a, do.Bind) for a in actions)
