@@ -1,7 +1,8 @@
 """The parts of a running sunk, built once and wired together (no logic of its own).
 
 One cluster model is shared by everything; the Slurm poller and the executor write to it; the
-scheduler, the syncer, the hook answers and the dashboard read it.
+scheduler, the syncer, the hook answers and the dashboard read it. The job table has one writer,
+the Slurm poller: the executor, the syncer and the hook answers are given the poller to tell.
 """
 
 from __future__ import annotations
@@ -107,9 +108,9 @@ def assemble(settings: Settings, api: kube.Client, slurm: SlurmClient,
     watch = SlurmWatch(cluster, slurm)
     kube_api = KubeAPI(api, settings.scheduler_name)
     executor = Executor(cluster, kube_api, slurm,
-                        credential=keys.credentials_of(settings.scheduler_name), learn=watch.learn)
+                        credential=keys.credentials_of(settings.scheduler_name), jobs=watch)
     scheduler = Scheduler(cluster, watch, executor, policies)
     hooks = HookAnswers(cluster, watch, executor, wake=scheduler.wake)
-    syncer = Syncer(cluster, executor, slurm) if "syncer" in settings.components else None
+    syncer = Syncer(cluster, executor, slurm, watch) if "syncer" in settings.components else None
     return Parts(cluster, watch, executor, keys, scheduler, hooks, syncer,
                  DashboardSource(cluster, policies, kube_api))

@@ -29,7 +29,7 @@ from sunk.apply.binding import Binder
 from sunk.apply.nodeexecutor import NodeExecutor
 from sunk.apply.ports import KubePort, SlurmPort
 from sunk.apply.retry import RetryLater as RetryLater  # the loops import it from here
-from sunk.apply.submissions import Submitter
+from sunk.apply.submissions import JobRecorder, Submitter
 from sunk.model.cluster import Cluster
 from sunk.model.podmemory import PodMemory
 from sunk.model.state import PodRecord
@@ -38,7 +38,6 @@ from sunk.plans import ownership
 from sunk.plans.nodeplan import NodeFacts
 from sunk.runtime import metrics
 from sunk.slurm.client import SlurmError
-from sunk.slurm.job import Job
 
 log = logging.getLogger("sunk.apply.executor")
 
@@ -47,9 +46,9 @@ class Executor:
     """Carries out a Pod's, a gang's and a node's plans: the one place sunk writes from."""
 
     def __init__(self, cluster: Cluster, kube_port: KubePort, slurm: SlurmPort, *,
-                 credential: Callable[[str], str], learn: Callable[[Job], object]) -> None:
+                 credential: Callable[[str], str], jobs: JobRecorder) -> None:
         """``credential``: a Pod's (or gang's) uid -> the credential its job shows the hook
-        API. ``learn``: a job read from Slurm (or just submitted) into the cluster model."""
+        API. ``jobs``: the job table's one writer, told of what the executor submits."""
         self.cluster = cluster
         self.kube = kube_port
         self.slurm = slurm
@@ -59,7 +58,7 @@ class Executor:
         self._background: set[asyncio.Task[None]] = set()
         self.annotator = AnnotationWriter(cluster, kube_port, keep=self._keep)
         self.submitter = Submitter(cluster, slurm, self.memory, credential=credential,
-                                   learn=learn)
+                                   jobs=jobs)
         self.binder = Binder(cluster, kube_port, self.annotator, self.memory, owned=self.owned,
                              pod_event=self.pod_event)
         self.nodes = NodeExecutor(cluster, kube_port, slurm, fire=self.fire)
@@ -104,6 +103,8 @@ class Executor:
                     await self._submit(pod, record, dict(description), tries=tries)
                 case do.Reject(reason, message):
                     await self._reject(pod, record, reason, message)
+                case do.Reserve(k8s_node):
+                    self.binder.reserve(pod, k8s_node)
                 case do.Bind(k8s_node, slurm_node, job_id):
                     await self.binder.bind(pod, record, k8s_node, slurm_node, job_id)
                 case do.CancelJob(job_id, why):

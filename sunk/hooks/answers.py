@@ -126,8 +126,8 @@ class HookAnswers:
         # ": started"; a second read would only add slurmctld's delay.
         if (not who.gang
                 and node in expand_hostlist(self.cluster.jobs.allocated.get(job_id, ""))
-                and self.cluster.jobs.started_by_hook(job_id) is not None):
-            self.cluster.jobs.heard_started(job_id)
+                and self.watch.learn_started(job_id) is not None):
+            self.watch.heard_started(job_id)
             self.wake(who)
             return who.key, not pods
         fresh = await self._fresh_job(job_id)
@@ -139,7 +139,7 @@ class HookAnswers:
         if not fresh.started:
             raise HookRefused(409, f"job {job_id}'s extra does not say started: the "
                                    "placeholder writes it before it calls")
-        self.cluster.jobs.heard_started(job_id)
+        self.watch.heard_started(job_id)
         self.wake(who)
         return who.key, not pods
 

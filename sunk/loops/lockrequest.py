@@ -17,6 +17,7 @@ from sunk.hooks.answers import answering
 from sunk.hooks.auth import HookRefused
 from sunk.hooks.inflight import waiting
 from sunk.model.cluster import Cluster
+from sunk.model.slurmwatch import SlurmWatch
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.job import Job
 from sunk.slurm.text import expand_hostlist
@@ -41,9 +42,11 @@ class LockRequest:
 
 
 class LockRequestCheck:
-    def __init__(self, cluster: Cluster, slurm: SlurmClient) -> None:
+    def __init__(self, cluster: Cluster, slurm: SlurmClient, watch: SlurmWatch) -> None:
         self.cluster = cluster
         self.slurm = slurm
+        #: The job table's one writer, told what the check found.
+        self.watch = watch
         #: Job id -> the read of it from Slurm that lock requests for it share (a gang's
         #: prologs, one per node, ask at the same moment).
         self.reads: dict[int, asyncio.Task[Job | None]] = {}
@@ -62,10 +65,9 @@ class LockRequestCheck:
             raise refusal
         assert job is not None
         # A placeholder of another sunk scheduler sharing this Slurm cluster: its Pods, bound
-        # once the lock is taken, are Slurm's too, not Pods for the lock to clear.
-        self.cluster.jobs.note_placeholder(job)
-        if self.cluster.jobs.ours(job) is not None:
-            self.cluster.jobs.allocated[job_id] = job.nodes
+        # once the lock is taken, are Slurm's too, not Pods for the lock to clear. One of ours
+        # keeps the nodes Slurm gave it.
+        self.watch.lock_checked(job_id, job)
 
     async def _read_job(self, job_id: int, *, join: bool = True) -> tuple[Job | None, bool]:
         """The job as Slurm has it now, one read for the lock requests that ask at once (a

@@ -62,10 +62,15 @@ class PodFactReader:
                                    owner_of=owner_of)
             if owned.check_job is None:
                 return owned
-            job = jobs.get(owned.check_job) or await self.watch.read(owned.check_job)
-            who = self.watch.learn(job) if job is not None else None
-            owner_of[owned.check_job] = (ownership.GONE if job is None else
-                                         who.uid if who is not None else ownership.NOT_OURS)
+            check = owned.check_job
+            if (job := jobs.get(check)) is not None:
+                # learned again: the Pod's newest job, should the table have forgotten a newer one
+                self.watch.learn(job)
+            else:
+                job = await self.watch.read(check)  # learned, if it is ours
+            who = jobs.owner(check) if job is not None and jobs.get(check) is job else None
+            owner_of[check] = (ownership.GONE if job is None else
+                               who.uid if who is not None else ownership.NOT_OURS)
 
     async def job_view(self, job_id: int | None, uid: str) -> JobView | None:
         """The job as Slurm has it, if it is still the job of the Pod ``uid`` (None: gone).

@@ -20,6 +20,7 @@ from sunk.hooks.inflight import waiting
 from sunk.loops.lockrequest import LockRequest, LockRequestCheck
 from sunk.loops.workqueue import WorkQueue
 from sunk.model.cluster import Cluster
+from sunk.model.slurmwatch import SlurmWatch
 from sunk.plans import fit, locking, nodeplan
 from sunk.plans.locking import LOCK_KEY, LockState
 from sunk.runtime import metrics
@@ -36,10 +37,13 @@ def _version(obj: kube.Obj) -> str:
 
 
 class Syncer:
-    def __init__(self, cluster: Cluster, executor: Executor, slurm: SlurmClient) -> None:
+    def __init__(self, cluster: Cluster, executor: Executor, slurm: SlurmClient,
+                 watch: SlurmWatch) -> None:
         self.cluster = cluster
         self.executor = executor
         self.slurm = slurm
+        #: The job table's one writer, told of lock requests and their answers.
+        self.watch = watch
         self.settings = settings = cluster.settings
         self.requests: dict[str, LockRequest] = {}
         self.queue = WorkQueue(observe_wait=metrics.child(metrics.QUEUE_WAIT, "nodes").observe)
@@ -49,7 +53,7 @@ class Syncer:
         #: Slurm node -> :meth:`_fingerprint` at its last reconcile.
         self._seen: dict[str, tuple[object, ...]] = {}
         #: Checks each lock request against Slurm (:mod:`sunk.loops.lockrequest`).
-        self.lock_check = LockRequestCheck(cluster, slurm)
+        self.lock_check = LockRequestCheck(cluster, slurm, watch)
         #: Pod uid -> ((resourceVersion, placed by sunk), what locking needs of it).
         self._pods_seen: dict[str, tuple[tuple[object, bool], locking.PodOnNode]] = {}
         self.state_key = settings.annotation("slurm-state")
@@ -183,9 +187,7 @@ class Syncer:
             request = LockRequest(job_id, strict)
             self.requests[node] = request
         asked = request.at = time.monotonic()
-        jobs = self.cluster.jobs
-        if job_id in jobs.jobs:
-            jobs.in_prolog.add(job_id)
+        self.watch.prolog_waiting(job_id)
         changed = self._changed.setdefault(node, asyncio.Event())
         self.queue.add(node)
         deadline = time.monotonic() + within
@@ -197,9 +199,7 @@ class Syncer:
             if looked and (state is LockState.LOCKED_STRICT
                            or (state is LockState.LOCKED and not strict)):
                 request.answered_at = time.monotonic()
-                if (job := jobs.jobs.get(job_id)) is not None:
-                    jobs.in_prolog.discard(job_id)
-                    job.checked_at = request.answered_at  # its script starts now
+                self.watch.lock_answered(job_id, request.answered_at)  # its script starts now
                 return state
             left = deadline - time.monotonic()
             if left <= 0:

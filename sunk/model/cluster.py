@@ -7,7 +7,9 @@ the dashboard's records. Parts of it have modules of their own: what is bound to
 the room it leaves (:mod:`sunk.model.noderoom`), the Pods by gang (:mod:`sunk.model.gangindex`)
 and the whole Pods kept for their policies (:mod:`sunk.model.wholepod`). The scheduler, the
 syncer, the hook API and the dashboard read it; only the Slurm poller
-(:mod:`sunk.model.slurmwatch`) and the executor (:mod:`sunk.apply.executor`) write to it.
+(:mod:`sunk.model.slurmwatch`) and the executor (:mod:`sunk.apply.executor`) write to it. The job
+table has one writer, the Slurm poller: everyone else sees it read-only (:attr:`Cluster.jobs`,
+:class:`sunk.model.jobtable.JobsView`) and tells the poller what changed.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from sunk import kube
 from sunk.model.assume import AssumeCache
 from sunk.model.gangindex import GangIndex
 from sunk.model.health import Health
-from sunk.model.jobtable import JobTable
+from sunk.model.jobtable import JobsView, JobTable
 from sunk.model.nodeindex import NodeIndex
 from sunk.model.noderoom import NodeRoom
 from sunk.model.state import SchedulerState
@@ -50,7 +52,7 @@ class Cluster:
         self.settings = settings
         self.api = api
         self.state = state or SchedulerState()
-        self.jobs = JobTable(settings.scheduler_name)
+        self._jobs = JobTable(settings.scheduler_name)
         self.assumed = AssumeCache()
         metrics.ASSUMED_WRITES.set_function(self.assumed.waiting)
         self.scheduling = "scheduler" in settings.components
@@ -64,7 +66,7 @@ class Cluster:
         #: brought up to date from them (not every Node looked at for every submission).
         self.node_changes = placement.NodeChanges()
         self.exclusions = placement.Exclusions(self.node_changes)
-        self.node_room = NodeRoom(settings.scheduler_name, self.slurmd_selector, self.jobs,
+        self.node_room = NodeRoom(settings.scheduler_name, self.slurmd_selector, self._jobs,
                                   self.node)
         self.usage = self.node_room.usage
         self.usage.changed = self.node_changes.add
@@ -127,6 +129,19 @@ class Cluster:
             tasks.create_task(forever("probing the API server",
                                       lambda: self.health.probe_kube(self.api)))
             self.ready.set()
+
+    # -- Slurm's jobs ----------------------------------------------------------------------------
+    @property
+    def jobs(self) -> JobsView:
+        """The job table, read-only: its one writer is the Slurm poller, whom the other parts
+        tell what changed (:mod:`sunk.model.jobtable` says who tells what)."""
+        return self._jobs
+
+    @property
+    def job_table(self) -> JobTable:
+        """The job table, writable: for its one writer, the Slurm poller, alone (and tests;
+        ``tests/unit/layout/test_job_table_writer.py`` holds the product to it)."""
+        return self._jobs
 
     # -- Pods that name this scheduler ---------------------------------------------------------
     def pod(self, key: str) -> kube.Obj | None:

@@ -3,6 +3,46 @@
 A job is ours when its ``extra`` names a Pod of this scheduler **and** its ``admin_comment``
 carries the stamp only a Slurm operator can set (:func:`sunk.slurm.job.admin_comment`): a
 user's job that copies a placeholder's ``extra`` never passes for a Pod's job.
+
+One writer per fact. The table has one writer, the Slurm poller
+(:class:`sunk.model.slurmwatch.SlurmWatch`): it alone holds the table writable and calls the
+methods below that change it. Every other part reads it through :class:`JobsView`
+(``Cluster.jobs``, which mypy holds to reading), and tells the poller what it saw through the
+poller's method of the same name (``watch.submitted(...)``, ``watch.lock_answered(...)``):
+
+================  ==========================================  =================================
+field             says                                        changed by (who tells the poller)
+================  ==========================================  =================================
+``jobs``          job id -> the job of ours as last read      ``learn`` (the poll's reads, the
+                                                              full listings, a read for a Pod's
+                                                              facts or a hook, a submission:
+                                                              the executor), ``learn_started``
+                                                              (the ``started`` hook), ``forget``
+                                                              (the poll); in place: its
+                                                              ``state``/``reason``/``checked_at``
+                                                              by ``saw_state`` (the poll), its
+                                                              ``checked_at`` by ``lock_answered``
+                                                              (the syncer's lock request)
+``by_uid``        Pod (or gang) uid -> its newest job's id    ``learn``, ``submitted`` (the
+                                                              executor: the newest submission is
+                                                              the Pod's job), ``forget``
+``member_of``     gang member id -> its gang's newest job     ``learn``, ``forget``
+``submitted_at``  job id -> when sunk submitted it            ``submitted`` (the executor),
+                                                              ``forget``
+``started_at``    job id -> when sunk heard it start          ``learn`` (a job read started),
+                                                              ``heard_started`` (the ``started``
+                                                              hook), ``forget``
+``allocated``     job id -> its nodes, as Slurm said when     ``lock_checked`` (the syncer's lock
+                  its prolog asked for a lock                 check), ``forget``
+``in_prolog``     jobs whose prolog waits for its lock        ``prolog_waiting``,
+                                                              ``lock_answered`` (the syncer's
+                                                              lock request), ``forget``
+``_impostors``    jobs claiming a Pod of ours without our     ``learn``, ``lock_checked`` (each
+                  stamp (logged once)                         logs an impostor once)
+``_elsewhere``    Pods of other sunk schedulers whose         ``lock_checked`` (the syncer's lock
+                  placeholders lock nodes                     check)
+``_newest``       the highest job id in ``jobs``              ``learn``, ``forget``
+================  ==========================================  =================================
 """
 
 from __future__ import annotations
@@ -10,8 +50,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import Protocol
 
 from sunk.slurm.job import STARTED, Job, PodIdentity, admin_comment
 
@@ -27,7 +69,35 @@ class Learned:
     displaced: PodIdentity | None = None
 
 
+class JobsView(Protocol):
+    """The job table, read-only: what every part but its one writer (the Slurm poller) sees.
+    Its fields are :class:`JobTable`'s (the module's table says what each says)."""
+
+    @property
+    def jobs(self) -> Mapping[int, Job]: ...
+    @property
+    def by_uid(self) -> Mapping[str, int]: ...
+    @property
+    def member_of(self) -> Mapping[str, int]: ...
+    @property
+    def submitted_at(self) -> Mapping[int, float]: ...
+    @property
+    def started_at(self) -> Mapping[int, float]: ...
+    @property
+    def allocated(self) -> Mapping[int, str]: ...
+    @property
+    def in_prolog(self) -> AbstractSet[int]: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[int]: ...
+    def get(self, job_id: int) -> Job | None: ...
+    def owner(self, job_id: int) -> PodIdentity | None: ...
+    def placed(self, uid: str, member: str) -> bool: ...
+    def newest_id(self) -> int: ...
+
+
 class JobTable:
+    """The job table, writable: held by its one writer, the Slurm poller."""
+
     def __init__(self, scheduler_name: str) -> None:
         self.scheduler_name = scheduler_name
         self.jobs: dict[int, Job] = {}
@@ -40,8 +110,8 @@ class JobTable:
         #: Pod uids and gang member ids of other sunk schedulers' placeholders seen locking a
         #: node (the newest few thousand: only jobs starting now matter).
         self._elsewhere: OrderedDict[str, None] = OrderedDict()
-        #: The highest id in ``jobs``, kept as jobs come (None: recount, its job was forgotten).
-        self._newest: int | None = 0
+        #: The highest id in ``jobs``, kept as jobs come and go.
+        self._newest = 0
         #: Job id -> when the scheduler submitted it and when it heard the job start
         #: (monotonic seconds): the timings its Pod's binding is logged with.
         self.submitted_at: dict[int, float] = {}
@@ -67,8 +137,20 @@ class JobTable:
         job = self.jobs.get(job_id)
         return job.owner if job is not None else None
 
+    def placed(self, uid: str, member: str) -> bool:
+        """Whether a sunk placeholder is for the Pod ``uid`` (alone, or as gang member
+        ``member``): one of ours, or one of another sunk scheduler seen locking a node."""
+        return (uid in self.by_uid or member in self.member_of or uid in self._elsewhere
+                or member in self._elsewhere)
+
+    def newest_id(self) -> int:
+        """The highest job id known (asked at every submission: not a scan of every job)."""
+        return self._newest
+
+    # -- the writes: the Slurm poller's alone ------------------------------------------------
     def ours(self, job: Job) -> PodIdentity | None:
-        """The Pod ``job`` is for, if this scheduler submitted it."""
+        """The Pod ``job`` is for, if this scheduler submitted it (an impostor is logged once:
+        a write, hence not in :class:`JobsView`)."""
         who = job.owner
         if who is None or who.scheduler != self.scheduler_name:
             return None
@@ -100,8 +182,7 @@ class JobTable:
             if self.by_uid.get(displaced.uid) == job.job_id:
                 del self.by_uid[displaced.uid]
         self.jobs[job.job_id] = job
-        if self._newest is not None and job.job_id > self._newest:
-            self._newest = job.job_id
+        self._newest = max(self._newest, job.job_id)
         if job.started:
             self.started_at.setdefault(job.job_id, time.monotonic())
         newest = self.by_uid.get(who.uid)
@@ -110,12 +191,6 @@ class JobTable:
             for member in who.members:
                 self.member_of[member] = job.job_id
         return Learned(who, displaced)
-
-    def placed(self, uid: str, member: str) -> bool:
-        """Whether a sunk placeholder is for the Pod ``uid`` (alone, or as gang member
-        ``member``): one of ours, or one of another sunk scheduler seen locking a node."""
-        return (uid in self.by_uid or member in self.member_of or uid in self._elsewhere
-                or member in self._elsewhere)
 
     def note_placeholder(self, job: Job, keep: int = 10_000) -> None:
         """Remember whom a placeholder of any sunk scheduler is for (its stamp proves it)."""
@@ -135,8 +210,8 @@ class JobTable:
         self.started_at.pop(job_id, None)
         self.allocated.pop(job_id, None)
         self.in_prolog.discard(job_id)
-        if job_id == self._newest:
-            self._newest = None
+        if job_id == self._newest:  # rare: the newest job is seldom the one Slurm forgets
+            self._newest = max(self.jobs, default=0)
         if job is not None and job.owner is not None and self.by_uid.get(
                 job.owner.uid) == job_id:
             del self.by_uid[job.owner.uid]
@@ -145,15 +220,45 @@ class JobTable:
                     del self.member_of[member]
         return job
 
-    def newest_id(self) -> int:
-        """The highest job id known (asked at every submission: not a scan of every job)."""
-        if self._newest is None:
-            self._newest = max(self.jobs, default=0)
-        return self._newest
+    # -- what the other parts tell the Slurm poller, which writes it here ----------------------
+    def submitted(self, uid: str, job_id: int, at: float) -> None:
+        """The executor submitted ``job_id`` for the Pod (or gang) ``uid`` at ``at`` (monotonic
+        seconds), the job learned already: the newest submission is the Pod's job."""
+        self.by_uid[uid] = job_id
+        self.submitted_at[job_id] = at
 
-    def started_by_hook(self, job_id: int) -> Job | None:
-        """The job as its ``started`` call tells it, if Slurm's read at its lock showed it
-        allocated: running there, its script started (None: not known well enough; read it)."""
+    def saw_state(self, job_id: int, state: str, at: float) -> Job:
+        """A poll saw a known job in ``state`` at ``at`` (its pending reason, if it no longer
+        pends, goes: the poll reads only states). The job, changed in place."""
+        job = self.jobs[job_id]
+        job.state, job.checked_at = state, at
+        if state != "PENDING":
+            job.reason = ""
+        return job
+
+    def lock_checked(self, job_id: int, job: Job) -> None:
+        """Slurm's read of ``job_id`` (``job``) showed it starting where its prolog asks for a
+        lock: a placeholder of any sunk scheduler is noted, and one of ours keeps the nodes
+        Slurm gave it (its ``started`` call from one of them needs no second read)."""
+        self.note_placeholder(job)
+        if self.ours(job) is not None:
+            self.allocated[job_id] = job.nodes
+
+    def prolog_waiting(self, job_id: int) -> None:
+        """The job's prolog waits for a node lock: no script of it can have started yet."""
+        if job_id in self.jobs:
+            self.in_prolog.add(job_id)
+
+    def lock_answered(self, job_id: int, at: float) -> None:
+        """The job's prolog got its lock at ``at``: its script starts now."""
+        if (job := self.jobs.get(job_id)) is not None:
+            self.in_prolog.discard(job_id)
+            job.checked_at = at
+
+    def learn_started(self, job_id: int) -> Job | None:
+        """Learn the job as its ``started`` call tells it, if Slurm's read at its lock showed
+        it allocated: running there, its script started (None: not known well enough; read
+        it)."""
         job, nodes = self.jobs.get(job_id), self.allocated.get(job_id)
         if job is None or nodes is None or job.finished or job.owner is None:
             return None

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from sunk import kube
-from sunk.model.jobtable import JobTable
+from sunk.model.jobtable import JobsView
 from sunk.plans import fit, locking
 from sunk.slurm.job import member_id
 
 
 class NodeRoom:
-    def __init__(self, scheduler_name: str, slurmd_selector: Mapping[str, str], jobs: JobTable,
+    def __init__(self, scheduler_name: str, slurmd_selector: Mapping[str, str], jobs: JobsView,
                  node: Callable[[str], kube.Obj | None]) -> None:
         self.scheduler_name = scheduler_name
         self.slurmd_selector = slurmd_selector

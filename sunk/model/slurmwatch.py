@@ -6,6 +6,10 @@ Every job's state in one cheap call per poll, a job's details only where they ma
 Slurm comes back from an outage, every job is listed once in full: a slurmctld that crashed
 comes back with the state it last saved, having lost the jobs submitted just before and giving
 their ids to new jobs.
+
+The job table's one writer (:mod:`sunk.model.jobtable`): it alone holds the table writable. What
+the other parts learn of a job (a submission, a lock request, a ``started`` call) they tell it
+through the methods of :class:`SlurmWatch` named after the table's.
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ Stuck = Callable[[Job, PodIdentity, str], None]
 class SlurmWatch:
     def __init__(self, cluster: Cluster, slurm: SlurmClient) -> None:
         self.cluster = cluster
-        self.jobs = cluster.jobs
+        #: The job table, writable: this is its one writer (every other part reads
+        #: ``cluster.jobs``).
+        self._jobs = cluster.job_table
         self.slurm = slurm
         #: Who hears of it (the scheduler, once built): a job of this Pod changed; a job is
         #: pending for a reason that needs a person.
@@ -63,10 +69,40 @@ class SlurmWatch:
         return job
 
     def learn(self, job: Job) -> PodIdentity | None:
-        learned = self.jobs.learn(job)
+        """Record ``job`` if it is ours (a Pod whose job's id Slurm gave it is woken): the Pod
+        it is for (None: not ours)."""
+        learned = self._jobs.learn(job)
         if learned.displaced is not None:
             self.wake(learned.displaced)
         return learned.owner
+
+    # -- what the other parts tell the job table's one writer (sunk.model.jobtable) ------------
+    def submitted(self, uid: str, job: Job, at: float) -> None:
+        """The executor submitted ``job`` for the Pod (or gang) ``uid`` at ``at``: learned as
+        any job read from Slurm, and the newest submission is the Pod's job."""
+        self.learn(job)
+        self._jobs.submitted(uid, job.job_id, at)
+
+    def lock_checked(self, job_id: int, job: Job) -> None:
+        """Slurm's read of ``job_id`` showed it starting where its prolog asks for a lock."""
+        self._jobs.lock_checked(job_id, job)
+
+    def prolog_waiting(self, job_id: int) -> None:
+        """The job's prolog waits for a node lock."""
+        self._jobs.prolog_waiting(job_id)
+
+    def lock_answered(self, job_id: int, at: float) -> None:
+        """The job's prolog got its lock at ``at``: its script starts now."""
+        self._jobs.lock_answered(job_id, at)
+
+    def learn_started(self, job_id: int) -> Job | None:
+        """The job as its ``started`` call tells it, learned, if Slurm's read at its lock
+        showed it allocated (None: not known well enough; read it)."""
+        return self._jobs.learn_started(job_id)
+
+    def heard_started(self, job_id: int) -> None:
+        """The placeholder's ``started`` hook arrived."""
+        self._jobs.heard_started(job_id)
 
     # -- adoption and recovery -----------------------------------------------------------------
     async def adopt(self) -> None:
@@ -85,7 +121,7 @@ class SlurmWatch:
             self.learn(job)
         del listed
         heap.give_back_free_memory()  # the listing was every job in full
-        log.info("adopted %d jobs of ours from Slurm", len(self.jobs))
+        log.info("adopted %d jobs of ours from Slurm", len(self._jobs))
 
     async def relist(self) -> None:
         """After an outage: every job again, in full. What was lost is forgotten (its Pod is
@@ -96,7 +132,7 @@ class SlurmWatch:
         was on its way (submitted then, or read at its prolog's lock) is newer than the
         listing, and forgetting it would tell its placeholder it is no job of ours (its node
         let go under its Pod)."""
-        before = dict(self.jobs.jobs)
+        before = dict(self._jobs.jobs)
         try:
             listed = await self.slurm.all_jobs()
         except SlurmError as exc:
@@ -104,19 +140,19 @@ class SlurmWatch:
             return
         fresh = {job.job_id for job in listed}
         for job_id, known in before.items():
-            if job_id not in fresh and self.jobs.get(job_id) is known:
+            if job_id not in fresh and self._jobs.get(job_id) is known:
                 self._forget(job_id)
         for job in listed:
-            if self.jobs.get(job.job_id) is not before.get(job.job_id):
+            if self._jobs.get(job.job_id) is not before.get(job.job_id):
                 continue  # learned since the listing was asked: what the listing says is older
             if (who := self.learn(job)) is not None:
                 self.wake(who)
         del listed
         heap.give_back_free_memory()
-        log.info("Slurm came back: %d jobs of ours", len(self.jobs))
+        log.info("Slurm came back: %d jobs of ours", len(self._jobs))
 
     def _forget(self, job_id: int) -> None:
-        job = self.jobs.forget(job_id)
+        job = self._jobs.forget(job_id)
         if job is not None and job.owner is not None:
             self.wake(job.owner)
 
@@ -124,7 +160,7 @@ class SlurmWatch:
     async def poll_jobs(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
-            asked = set(self.jobs)
+            asked = set(self._jobs)
             try:
                 states = await self.call(self.slurm.job_states)
                 await self.follow(states, asked)
@@ -136,21 +172,19 @@ class SlurmWatch:
         few jobs whose details matter are read."""
         now = time.monotonic()
         per_poll = max(1, round(jobpoll.PENDING_READS_PER_SECOND * self.interval))
-        plan = jobpoll.plan_poll(self.jobs.jobs, states, now=now, asked=asked,
-                                 in_prolog=self.jobs.in_prolog, locked=self.jobs.allocated.keys(),
+        plan = jobpoll.plan_poll(self._jobs.jobs, states, now=now, asked=asked,
+                                 in_prolog=self._jobs.in_prolog,
+                                 locked=self._jobs.allocated.keys(),
                                  pending_per_poll=per_poll)
         for job_id, state in plan.changed.items():
-            changed = self.jobs.jobs[job_id]
-            changed.state, changed.checked_at = state, now
-            if state != "PENDING":
-                changed.reason = ""
+            changed = self._jobs.saw_state(job_id, state, now)
             if changed.owner is not None:
                 self.wake(changed.owner)
         for job_id in plan.gone:
             self._forget(job_id)
         for job_id in plan.fetch:
             fresh = await self.call(functools.partial(self.slurm.job, job_id))
-            before = self.jobs.get(job_id)  # after the read: the started hook may have come
+            before = self._jobs.get(job_id)  # after the read: the started hook may have come
             if fresh is None:
                 self._forget(job_id)
                 continue

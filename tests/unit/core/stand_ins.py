@@ -226,7 +226,7 @@ async def bed(**settings: Any) -> AsyncIterator[Bed]:
     cluster = Cluster(config, api)
     watch = SlurmWatch(cluster, client)
     executor = Executor(cluster, KubeAPI(api, NAME), client,
-                        credential=CREDENTIAL, learn=watch.learn)
+                        credential=CREDENTIAL, jobs=watch)
     made = Bed(cluster, watch, executor, client, k8s, slurm)
     try:
         yield made

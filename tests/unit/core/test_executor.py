@@ -53,8 +53,9 @@ async def bed() -> Any:
     client = SlurmClient("http://slurm.test", token=lambda: "jwt",
                          transport=MockHttp(slurm))
     cluster = Cluster(Settings(scheduler_name=NAME, scope="cluster"), api)
+    watch = SlurmWatch(cluster, client)  # the job table's one writer, as sunk.wiring wires it
     executor = Executor(cluster, KubeAPI(api, NAME), client, credential=CREDENTIAL,
-                        learn=cluster.jobs.learn)
+                        jobs=watch)
     yield Bed(executor, cluster, k8s, slurm)
     await asyncio.gather(*executor._background)
     await client.aclose()
@@ -89,7 +90,7 @@ def answered_by(bed: Bed, api_server: Callable[[httpx.Request], object]) -> None
     """A new executor, whose calls to the API server ``api_server`` answers."""
     bed.executor = Executor(bed.cluster, KubeAPI(kube.Client(
         FakeCredentials(), transport=MockHttp(api_server)), NAME), bed.executor.slurm,
-        credential=CREDENTIAL, learn=bed.cluster.jobs.learn)
+        credential=CREDENTIAL, jobs=bed.executor.submitter.jobs)
 
 
 async def test_a_submission_carries_the_credential_and_writes_the_job_id(bed: Bed) -> None:
@@ -170,7 +171,7 @@ def add_node(bed: Bed, name: str = "node-a", cpu: str = "4") -> None:
 async def test_binding_names_the_pod_uid_and_is_assumed_until_watched(bed: Bed) -> None:
     add_node(bed)
     rec = record()
-    await bed.executor.apply_pod(pod(), rec, [do.Bind("node-a", "slurm-1", 41)])
+    await bed.executor.apply_pod(pod(), rec, reserve_and_bind(41))
     (binding,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/pods/p/binding")
     assert binding["metadata"]["uid"] == "aaaa-0001"
     assert binding["target"] == {"apiVersion": "v1", "kind": "Node", "name": "node-a"}
@@ -220,12 +221,12 @@ async def scheduled_event(bed: Bed) -> str:
 async def test_the_scheduled_event_names_the_account_and_qos_slurm_runs_the_job_under(
         bed: Bed) -> None:
     add_node(bed)
-    bed.cluster.jobs.jobs[41] = Job(job_id=41, name="pod:ns/p", state="RUNNING", extra="",
+    bed.cluster.job_table.jobs[41] = Job(job_id=41, name="pod:ns/p", state="RUNNING", extra="",
                                     nodes="slurm-1", reason="",
                                     raw={"account": "research", "qos": "low"})
     rec = record()
     rec.job_description = {"account": "asked", "qos": "high"}
-    await bed.executor.apply_pod(pod(), rec, [do.Bind("node-a", "slurm-1", 41)])
+    await bed.executor.apply_pod(pod(), rec, reserve_and_bind(41))
     assert await scheduled_event(bed) == (
         "Successfully assigned ns/p to node-a (Slurm node slurm-1, job 41, account research, "
         "QOS low)")
@@ -233,11 +234,11 @@ async def test_the_scheduled_event_names_the_account_and_qos_slurm_runs_the_job_
 
 async def test_the_scheduled_event_falls_back_to_the_submitted_account(bed: Bed) -> None:
     add_node(bed)
-    bed.cluster.jobs.jobs[41] = Job(job_id=41, name="pod:ns/p", state="RUNNING", extra="",
+    bed.cluster.job_table.jobs[41] = Job(job_id=41, name="pod:ns/p", state="RUNNING", extra="",
                                     nodes="slurm-1", reason="")  # never read: no record
     rec = record()
     rec.job_description = {"account": "asked", "environment": []}
-    await bed.executor.apply_pod(pod(), rec, [do.Bind("node-a", "slurm-1", 41)])
+    await bed.executor.apply_pod(pod(), rec, reserve_and_bind(41))
     assert await scheduled_event(bed) == (
         "Successfully assigned ns/p to node-a (Slurm node slurm-1, job 41, account asked)")
 
@@ -245,10 +246,11 @@ async def test_the_scheduled_event_falls_back_to_the_submitted_account(bed: Bed)
 async def test_a_gang_members_scheduled_event_names_its_gang_jobs_account_and_qos(
         bed: Bed) -> None:
     add_node(bed)
-    bed.cluster.jobs.jobs[50] = Job(job_id=50, name="gang:ns/job:g", state="RUNNING",
+    bed.cluster.job_table.jobs[50] = Job(job_id=50, name="gang:ns/job:g", state="RUNNING",
                                     extra="", nodes="slurm-[1-2]", reason="",
                                     raw={"account": "training", "qos": "gang"})
     await GangExecutor(bed.executor).apply("gang-id", gang_record(), {"ns/p": pod()}, [
+        ("ns/p", do.Reserve("node-a")),
         ("ns/p", do.Bind("node-a", "slurm-1", 50, {f"{PREFIX}rank": "0"}))])
     assert await scheduled_event(bed) == (
         "Successfully assigned ns/p to node-a (Slurm node slurm-1, job 50, account training, "
@@ -259,7 +261,7 @@ async def test_a_gangs_scheduled_events_follow_every_members_binding(bed: Bed) -
     """Sent as each member was bound, the Events competed with the last bindings for the API
     server: a gang of 16's last member was bound up to 1.2 s after its job started."""
     add_node(bed, cpu="16")
-    bed.cluster.jobs.jobs[50] = Job(job_id=50, name="gang:ns/job:g", state="RUNNING",
+    bed.cluster.job_table.jobs[50] = Job(job_id=50, name="gang:ns/job:g", state="RUNNING",
                                     extra="", nodes="slurm-1", reason="")
     timeline: list[tuple[str, str]] = []
 
@@ -282,7 +284,9 @@ async def test_a_gangs_scheduled_events_follow_every_members_binding(bed: Bed) -
     bed.kube.routes[("POST", "/api/v1/namespaces/ns/events")] = event
     members = {f"ns/p{i}": member(i) for i in range(4)}
     await GangExecutor(bed.executor).apply("gang-id", gang_record(), members, [
-        (key, do.Bind("node-a", "slurm-1", 50, {f"{PREFIX}rank": key[-1]})) for key in members])
+        step for key in members for step in (
+            (key, do.Reserve("node-a")),
+            (key, do.Bind("node-a", "slurm-1", 50, {f"{PREFIX}rank": key[-1]})))])
     await settle(bed)
     assert [what for what, _ in timeline] == ["bound"] * 4 + ["event"] * 4
     assert sorted(name for what, name in timeline if what == "event") == ["p0", "p1", "p2",
@@ -395,10 +399,11 @@ async def test_a_submission_given_a_lost_jobs_id_wakes_the_pod_that_had_it(bed: 
     woken: list[str] = []
     watch = SlurmWatch(bed.cluster, bed.executor.slurm)  # type: ignore[arg-type]
     watch.wake = lambda who: woken.append(who.key)
-    bed.executor.submitter.learn = watch.learn
+    bed.executor.submitter.jobs = watch
     earlier = PodIdentity("ns", "q", "bbbb-0002", NAME)
-    bed.cluster.jobs.learn(Job(job_id=41, name="", state="PENDING", extra=job_extra(earlier),
-                               nodes="", reason="", admin_comment=admin_comment(earlier)))
+    bed.cluster.job_table.learn(Job(job_id=41, name="", state="PENDING",
+                                    extra=job_extra(earlier), nodes="", reason="",
+                                    admin_comment=admin_comment(earlier)))
     bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = lambda r: httpx.Response(
         200, json={"job_id": 41})  # slurmctld lost job 41 in a crash and gave its id again
     await bed.executor.apply_pod(pod(), record(), [do.Submit(description())])
@@ -438,6 +443,11 @@ async def test_the_lock_taint_assumed_gives_way_to_a_later_node_version(bed: Bed
     assert not bed.cluster.assumed.has_taint(untainted, LOCK_KEY)
 
 
+def reserve_and_bind(job_id: int) -> list[do.PodAction]:
+    """What a plan binds a Pod with: its room on node-a reserved, then the binding."""
+    return [do.Reserve("node-a"), do.Bind("node-a", "slurm-1", job_id)]
+
+
 def needing(cpu: str, uid: str) -> dict[str, Any]:
     p = pod(uid)
     p["spec"] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
@@ -447,11 +457,11 @@ def needing(cpu: str, uid: str) -> dict[str, Any]:
 async def test_a_node_never_gets_more_bound_than_it_holds(bed: Bed) -> None:
     add_node(bed, cpu="4")
     first, second = needing("3", "aaaa-0001"), needing("2", "aaaa-0002")
-    await bed.executor.apply_pod(first, record(), [do.Bind("node-a", "slurm-1", 1)])
+    await bed.executor.apply_pod(first, record(), reserve_and_bind(1))
     assert bed.cluster.usage.used("node-a")["cpu"] == 3000, "counted before the watch shows it"
     with pytest.raises(RetryLater, match="cpu: needs 2, 1 of 4 left"):
         await bed.executor.apply_pod(second, record("aaaa-0002"),
-                                     [do.Bind("node-a", "slurm-1", 2)])
+                                     reserve_and_bind(2))
     assert len(bed.kube.calls("POST", "/api/v1/namespaces/ns/pods/p/binding")) == 1
 
 
@@ -461,7 +471,7 @@ async def test_a_failed_binding_holds_nothing(bed: Bed) -> None:
         lambda r: httpx.Response(409, json={"message": "already bound"}))
     with pytest.raises(kube.KubeError):
         await bed.executor.apply_pod(needing("1", "aaaa-0001"), record(),
-                                     [do.Bind("node-a", "slurm-1", 1)])
+                                     reserve_and_bind(1))
     assert bed.cluster.usage.used("node-a").get("cpu", 0) == 0
 
 
@@ -581,7 +591,7 @@ async def test_a_job_that_starts_at_once_has_its_id_carried_by_the_binding(
     monkeypatch.setattr("sunk.apply.annotations.JOB_ID_WAIT", 5.0)
     add_node(bed)
     await submit_41(bed)
-    await bed.executor.apply_pod(pod(), record(), [do.Bind("node-a", "slurm-1", 41)])
+    await bed.executor.apply_pod(pod(), record(), reserve_and_bind(41))
     (binding,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/pods/p/binding")
     assert binding["metadata"]["annotations"] == JOB_ID_WRITTEN
     await asyncio.wait_for(settle(bed), 1)  # the delayed write ends at once, unsent
@@ -624,9 +634,11 @@ async def submit_and_bind_gang(bed: Bed, members: dict[str, dict[str, Any]],
     if settle_between:
         await settle(bed)
     await gangs.apply("gang-id", record, members, [  # as sunk.plans.gangplan binds them
-        (key, do.Bind("node-a", "slurm-1", 41, {
-            f"{PREFIX}gang-rank": key[-1], f"{PREFIX}gang-node": "slurm-1",
-            f"{PREFIX}job-id": "41"})) for key in members])
+        step for key in members for step in (
+            (key, do.Reserve("node-a")),
+            (key, do.Bind("node-a", "slurm-1", 41, {
+                f"{PREFIX}gang-rank": key[-1], f"{PREFIX}gang-node": "slurm-1",
+                f"{PREFIX}job-id": "41"})))])
 
 
 def gang_binding(bed: Bed, i: int) -> dict[str, str]:
@@ -682,7 +694,7 @@ async def test_a_job_that_waits_longer_has_its_id_written_on_its_own(bed: Bed) -
     (patch,) = bed.kube.calls("PATCH", "/api/v1/namespaces/ns/pods/p")
     assert patch["metadata"]["annotations"] == {**JOB_ID_WRITTEN, f"{PREFIX}rejected": None}
     add_node(bed)
-    await bed.executor.apply_pod(pod(), record(), [do.Bind("node-a", "slurm-1", 41)])
+    await bed.executor.apply_pod(pod(), record(), reserve_and_bind(41))
     (binding,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/pods/p/binding")
     assert "annotations" not in binding["metadata"], "written already: not again"
 
@@ -695,7 +707,7 @@ async def test_a_failed_binding_leaves_the_job_id_to_its_own_write(
         httpx.Response(500, json={"message": "etcd timeout"}))
     await submit_41(bed)
     with pytest.raises(kube.KubeError):
-        await bed.executor.apply_pod(pod(), record(), [do.Bind("node-a", "slurm-1", 41)])
+        await bed.executor.apply_pod(pod(), record(), reserve_and_bind(41))
     await asyncio.wait_for(settle(bed), 1)  # written at once, not after the wait
     (patch,) = bed.kube.calls("PATCH", "/api/v1/namespaces/ns/pods/p")
     assert patch["metadata"]["annotations"] == {**JOB_ID_WRITTEN, f"{PREFIX}rejected": None}
@@ -709,7 +721,7 @@ async def test_a_binding_does_not_carry_what_it_cannot_remove(
     add_node(bed)
     rejected = pod(**{f"{PREFIX}rejected": "PolicyViolation"})
     await submit_41(bed, rejected)
-    await bed.executor.apply_pod(rejected, record(), [do.Bind("node-a", "slurm-1", 41)])
+    await bed.executor.apply_pod(rejected, record(), reserve_and_bind(41))
     (binding,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/pods/p/binding")
     assert "annotations" not in binding["metadata"]
     await settle(bed)
@@ -740,7 +752,7 @@ async def test_a_binding_does_not_carry_a_job_id_behind_an_older_write_in_flight
     await asyncio.sleep(0.01)
     await submit_41(bed)
     try:
-        await bed.executor.apply_pod(pod(), record(), [do.Bind("node-a", "slurm-1", 41)])
+        await bed.executor.apply_pod(pod(), record(), reserve_and_bind(41))
     finally:
         answer.set()
     (binding,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/pods/p/binding")
@@ -827,7 +839,7 @@ async def test_a_job_id_waiting_for_a_slot_to_be_sent_is_still_carried(bed: Bed)
     await submit_41(bed)
     await asyncio.sleep(0.1)  # past its wait: queued for the slot
     try:
-        await bed.executor.apply_pod(pod(), record(), [do.Bind("node-a", "slurm-1", 41)])
+        await bed.executor.apply_pod(pod(), record(), reserve_and_bind(41))
     finally:
         answer.set()
     (binding,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/pods/p/binding")

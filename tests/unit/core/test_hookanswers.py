@@ -61,9 +61,9 @@ async def refused(call: Awaitable[object]) -> HookRefused:
 
 async def test_a_job_is_owned_by_its_pod_and_other_jobs_by_no_one(hooks: Hooks) -> None:
     bed = hooks.bed
-    bed.cluster.jobs.learn(job(41))
-    bed.cluster.jobs.learn(job(42, stamped=False))  # claims the Pod, not submitted by us
-    bed.cluster.jobs.learn(job(43, who(scheduler="another-sunk")))
+    bed.cluster.job_table.learn(job(41))
+    bed.cluster.job_table.learn(job(42, stamped=False))  # claims the Pod, not submitted by us
+    bed.cluster.job_table.learn(job(43, who(scheduler="another-sunk")))
     assert hooks.answers.job_owner(41) == f"{NAME}/{UID}"
     assert [hooks.answers.job_owner(j) for j in (42, 43, 99)] == [None, None, None]
     for call in (hooks.answers.job_started, hooks.answers.job_terminating,
@@ -102,7 +102,7 @@ async def test_reading_a_job_the_table_does_not_know_learns_it_and_an_outage_is_
 async def test_started_is_refused_unless_slurm_runs_the_started_job_there(
         hooks: Hooks, slurm_says: dict[str, object] | None, why: str) -> None:
     bed = hooks.bed
-    bed.cluster.jobs.learn(job(41))
+    bed.cluster.job_table.learn(job(41))
     if slurm_says is not None:
         bed.slurm.jobs[41] = slurm_says
     exc = await refused(hooks.answers.job_started(41, "slurm-1"))
@@ -116,7 +116,7 @@ async def test_started_is_refused_unless_slurm_runs_the_started_job_there(
 
 async def test_started_on_its_node_wakes_the_pod_at_once(hooks: Hooks) -> None:
     bed = hooks.bed
-    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1"))  # the poll's older copy
+    bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1"))  # the poll's older copy
     bed.slurm.jobs[41] = raw_job(41, state="RUNNING", nodes="slurm-[1-2]", started=True)
     assert await hooks.answers.job_started(41, "slurm-2") == ("ns/p", False)
     assert hooks.woken == [who()]
@@ -127,8 +127,8 @@ async def test_started_on_its_node_wakes_the_pod_at_once(hooks: Hooks) -> None:
 async def test_started_on_a_node_its_lock_read_showed_needs_no_second_read(
         hooks: Hooks) -> None:
     bed = hooks.bed
-    bed.cluster.jobs.learn(job(41))  # pending in the cache: the poll has not seen it run
-    bed.cluster.jobs.allocated[41] = "slurm-[1-2]"  # what Slurm said when its prolog asked
+    bed.cluster.job_table.learn(job(41))  # pending in the cache: the poll has not seen it run
+    bed.cluster.job_table.allocated[41] = "slurm-[1-2]"  # what Slurm said when its prolog asked
     assert await hooks.answers.job_started(41, "slurm-2") == ("ns/p", False)
     assert hooks.woken == [who()]
     assert bed.slurm.seen == [], "Slurm was read at the lock; not again"
@@ -140,8 +140,8 @@ async def test_started_on_a_node_its_lock_read_showed_needs_no_second_read(
 async def test_started_on_another_node_than_the_lock_read_showed_reads_slurm(
         hooks: Hooks) -> None:
     bed = hooks.bed
-    bed.cluster.jobs.learn(job(41))
-    bed.cluster.jobs.allocated[41] = "slurm-1"
+    bed.cluster.job_table.learn(job(41))
+    bed.cluster.job_table.allocated[41] = "slurm-1"
     bed.slurm.jobs[41] = raw_job(41, state="RUNNING", nodes="slurm-1", started=True)
     exc = await refused(hooks.answers.job_started(41, "slurm-2"))
     assert exc.status == 409 and "not on slurm-2" in exc.detail
@@ -151,7 +151,7 @@ async def test_started_on_another_node_than_the_lock_read_showed_reads_slurm(
 
 async def test_started_for_a_pod_already_gone_says_so(hooks: Hooks) -> None:
     bed = hooks.bed
-    bed.cluster.jobs.learn(job(41, who("bbbb-0002", name="q")))
+    bed.cluster.job_table.learn(job(41, who("bbbb-0002", name="q")))
     bed.slurm.jobs[41] = raw_job(41, who("bbbb-0002", name="q"), state="RUNNING",
                                  nodes="slurm-1", started=True)
     assert await hooks.answers.job_started(41, "slurm-1") == ("ns/q", True)
@@ -159,7 +159,7 @@ async def test_started_for_a_pod_already_gone_says_so(hooks: Hooks) -> None:
 
 async def test_a_slurm_outage_while_answering_is_a_503(hooks: Hooks) -> None:
     bed = hooks.bed
-    bed.cluster.jobs.learn(job(41))
+    bed.cluster.job_table.learn(job(41))
     bed.slurm.routes[("GET", f"{SLURM}/job/41")] = down()
     exc = await refused(hooks.answers.job_started(41, "slurm-1"))
     assert exc.status == 503 and exc.retry_after == 5
@@ -184,7 +184,7 @@ async def test_answering_maps_the_api_servers_outage_to_503_and_lets_others_thro
 
 async def test_terminating_deletes_the_pod_once(hooks: Hooks) -> None:
     bed = hooks.bed
-    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
+    bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
     assert await hooks.answers.job_terminating(41, "slurm-1") == ("ns/p", False)
     (delete,) = bed.kube.calls("DELETE", POD_PATH)
     assert delete["preconditions"] == {"uid": UID}
@@ -200,7 +200,7 @@ async def test_terminating_deletes_the_pod_once(hooks: Hooks) -> None:
 
 async def test_terminating_a_job_slurm_shows_pending_is_refused(hooks: Hooks) -> None:
     bed = hooks.bed
-    bed.cluster.jobs.learn(job(41))
+    bed.cluster.job_table.learn(job(41))
     bed.slurm.jobs[41] = raw_job(41)
     exc = await refused(hooks.answers.job_terminating(41, "slurm-1"))
     assert exc.status == 409 and "pending" in exc.detail
@@ -209,7 +209,7 @@ async def test_terminating_a_job_slurm_shows_pending_is_refused(hooks: Hooks) ->
 
 async def test_terminating_a_job_the_poll_saw_pending_reads_slurm_first(hooks: Hooks) -> None:
     bed = hooks.bed
-    bed.cluster.jobs.learn(job(41))
+    bed.cluster.job_table.learn(job(41))
     bed.slurm.jobs[41] = raw_job(41, state="RUNNING", nodes="slurm-1", started=True)
     assert await hooks.answers.job_terminating(41, "slurm-1") == ("ns/p", False)
     assert bed.slurm.paths() == [f"{SLURM}/job/41"]
@@ -218,15 +218,15 @@ async def test_terminating_a_job_the_poll_saw_pending_reads_slurm_first(hooks: H
 
 async def test_terminating_for_a_pod_gone_deletes_nothing(hooks: Hooks) -> None:
     bed = hooks.bed
-    bed.cluster.jobs.learn(job(41, who("bbbb-0002", name="q"), state="RUNNING",
-                               nodes="slurm-1"))
+    bed.cluster.job_table.learn(job(41, who("bbbb-0002", name="q"), state="RUNNING",
+                                    nodes="slurm-1"))
     assert await hooks.answers.job_terminating(41, "slurm-1") == ("ns/q", True)
     assert bed.kube.seen == []
 
 
 async def test_terminating_while_the_api_server_fails_is_a_503(hooks: Hooks) -> None:
     bed = hooks.bed
-    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1"))
+    bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1"))
     bed.kube.routes[("DELETE", POD_PATH)] = answer(500, {"message": "etcd timeout"})
     exc = await refused(hooks.answers.job_terminating(41, "slurm-1"))
     assert exc.status == 503 and "etcd timeout" in exc.detail
@@ -238,7 +238,7 @@ async def test_terminating_while_the_api_server_fails_is_a_503(hooks: Hooks) -> 
 
 async def test_drain_for_a_job_drains_its_own_node_naming_the_pod(hooks: Hooks) -> None:
     bed = hooks.bed
-    bed.cluster.jobs.learn(job(41, state="COMPLETING", nodes="slurm-1"))
+    bed.cluster.job_table.learn(job(41, state="COMPLETING", nodes="slurm-1"))
     assert await hooks.answers.drain_for_job(41, "slurm-1") == ("ns/p", False)
     (drain,) = bed.slurm.calls("POST", f"{SLURM}/node/slurm-1")
     assert drain["state"] == ["DRAIN"] and "Pod ns/p still terminating" in drain["reason"]
@@ -248,7 +248,7 @@ async def test_drain_for_a_job_drains_its_own_node_naming_the_pod(hooks: Hooks) 
 
 async def test_drain_for_a_job_on_another_node_is_refused(hooks: Hooks) -> None:
     bed = hooks.bed
-    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-2"))
+    bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-2"))
     exc = await refused(hooks.answers.drain_for_job(41, "slurm-1"))
     assert exc.status == 409 and "was given slurm-2, not slurm-1" in exc.detail
     assert bed.slurm.seen == []
@@ -256,7 +256,7 @@ async def test_drain_for_a_job_on_another_node_is_refused(hooks: Hooks) -> None:
 
 async def test_drain_reads_slurm_when_the_cache_has_no_node_yet(hooks: Hooks) -> None:
     bed = hooks.bed
-    bed.cluster.jobs.learn(job(41))
+    bed.cluster.job_table.learn(job(41))
     bed.slurm.jobs[41] = raw_job(41, state="RUNNING", nodes="slurm-1")
     assert await hooks.answers.drain_for_job(41, "slurm-1") == ("ns/p", False)
     assert bed.slurm.paths() == [f"{SLURM}/job/41", f"{SLURM}/node/slurm-1"]
@@ -264,15 +264,15 @@ async def test_drain_reads_slurm_when_the_cache_has_no_node_yet(hooks: Hooks) ->
 
 async def test_drain_for_a_pod_gone_drains_nothing(hooks: Hooks) -> None:
     bed = hooks.bed
-    bed.cluster.jobs.learn(job(41, who("bbbb-0002", name="q"), state="RUNNING",
-                               nodes="slurm-1"))
+    bed.cluster.job_table.learn(job(41, who("bbbb-0002", name="q"), state="RUNNING",
+                                    nodes="slurm-1"))
     assert await hooks.answers.drain_for_job(41, "slurm-1") == ("ns/q", True)
     assert bed.slurm.seen == []
 
 
 async def test_a_drain_slurm_does_not_take_is_a_503(hooks: Hooks) -> None:
     bed = hooks.bed
-    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1"))
+    bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1"))
     bed.slurm.routes[("POST", f"{SLURM}/node/slurm-1")] = down()
     exc = await refused(hooks.answers.drain_for_job(41, "slurm-1"))
     assert exc.status == 503 and exc.detail.startswith("draining slurm-1")
@@ -282,7 +282,7 @@ async def test_a_drain_slurm_does_not_take_is_a_503(hooks: Hooks) -> None:
 
 async def test_wait_pod_gone_returns_when_the_deleted_event_arrives(hooks: Hooks) -> None:
     bed = hooks.bed
-    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1"))
+    bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1"))
     waiting = asyncio.create_task(hooks.answers.wait_pod_gone(41, within=5))
     await asyncio.sleep(0.01)
     assert not waiting.done()
@@ -294,14 +294,14 @@ async def test_wait_pod_gone_returns_when_the_deleted_event_arrives(hooks: Hooks
 
 
 async def test_wait_pod_gone_says_false_when_the_pod_stays(hooks: Hooks) -> None:
-    hooks.bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1"))
+    hooks.bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1"))
     assert await hooks.answers.wait_pod_gone(41, within=0.02) == ("ns/p", False)
 
 
 async def test_a_placeholder_waiting_for_its_pod_is_not_counted_at_work(hooks: Hooks) -> None:
     """The hook API's bound counts calls at work (sunk.hooks.inflight): when a big job ends, a
     placeholder on every node waits for its Pod at once."""
-    hooks.bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1"))
+    hooks.bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1"))
     bound = InFlight(1)
 
     async def call() -> object:
@@ -317,7 +317,7 @@ async def test_a_placeholder_waiting_for_its_pod_is_not_counted_at_work(hooks: H
 
 
 async def test_wait_pod_gone_for_a_pod_already_gone_does_not_wait(hooks: Hooks) -> None:
-    hooks.bed.cluster.jobs.learn(job(41, who("bbbb-0002", name="q")))
+    hooks.bed.cluster.job_table.learn(job(41, who("bbbb-0002", name="q")))
     assert await hooks.answers.wait_pod_gone(41, within=60) == ("ns/q", True)
 
 
@@ -349,7 +349,7 @@ async def gang_hooks(hooks: Hooks) -> Hooks:
         put(bed.cluster.slurmd_informer, slurmd(slurm_node, k8s_node))
         bed.add_pod(gang_member(i, node=k8s_node))
     owner = gang_job(51)
-    bed.cluster.jobs.learn(job(51, owner, state="RUNNING", nodes="slurm-[1-3]", started=True))
+    bed.cluster.job_table.learn(job(51, owner, state="RUNNING", nodes="slurm-[1-3]", started=True))
     return hooks
 
 

@@ -61,3 +61,82 @@ def test_the_newest_job_is_the_pods_and_forgetting_it_unlinks_the_pod() -> None:
     assert table.forget(8) is None
     table.learn(job(4, "aaaa-0001"))
     assert table.by_uid["aaaa-0001"] == 4 and table.newest_id() == 4
+
+
+def test_forgetting_the_newest_job_counts_the_newest_again_at_once() -> None:
+    table = JobTable(NAME)
+    for job_id in (3, 9, 5):
+        table.learn(job(job_id, f"aaaa-000{job_id}"))
+    assert table.newest_id() == 9
+    table.forget(5)
+    assert table.newest_id() == 9, "an older job forgotten: the newest stays"
+    table.forget(9)
+    assert table.newest_id() == 3, "counted when forgotten: asking it writes nothing"
+    table.forget(3)
+    assert table.newest_id() == 0
+
+
+def test_a_submission_is_its_pods_newest_job_even_below_a_known_id() -> None:
+    table = JobTable(NAME)
+    table.learn(job(50, "aaaa-0001"))
+    table.learn(job(12, "aaaa-0001", state="PENDING", nodes=""))  # Slurm gave a lower id again
+    assert table.by_uid["aaaa-0001"] == 50
+    table.submitted("aaaa-0001", 12, at=7.5)
+    assert table.by_uid["aaaa-0001"] == 12 and table.submitted_at == {12: 7.5}
+    table.forget(12)
+    assert table.submitted_at == {}
+
+
+def test_a_polled_state_changes_the_job_in_place_and_a_pending_reason_goes_with_pending() -> None:
+    table = JobTable(NAME)
+    learned = job(7, "aaaa-0001", state="PENDING", nodes="")
+    learned.reason = "Priority"
+    table.learn(learned)
+    assert table.saw_state(7, "PENDING", at=3.0) is learned
+    assert (learned.state, learned.reason, learned.checked_at) == ("PENDING", "Priority", 3.0)
+    table.saw_state(7, "RUNNING", at=4.0)
+    assert (learned.state, learned.reason, learned.checked_at) == ("RUNNING", "", 4.0)
+
+
+def test_a_lock_check_keeps_the_nodes_of_a_job_of_ours_and_notes_another_schedulers() -> None:
+    table = JobTable(NAME)
+    table.lock_checked(7, job(7, "aaaa-0001", nodes="slurm-[1-2]"))
+    assert table.allocated == {7: "slurm-[1-2]"}
+    table.lock_checked(8, job(8, "bbbb-0002", scheduler="other"))
+    assert 8 not in table.allocated and table.placed("bbbb-0002", "")
+    table.lock_checked(9, job(9, "cccc-0003", stamped=False))
+    assert 9 not in table.allocated and not table.placed("cccc-0003", ""), "an impostor"
+    assert len(table) == 0, "a lock check learns no job"
+
+
+def test_a_prolog_waits_for_its_lock_until_answered() -> None:
+    table = JobTable(NAME)
+    table.prolog_waiting(7)
+    assert table.in_prolog == set(), "a job the table does not know"
+    learned = job(7, "aaaa-0001", state="CONFIGURING")
+    table.learn(learned)
+    table.prolog_waiting(7)
+    assert table.in_prolog == {7}
+    table.lock_answered(7, at=12.0)
+    assert table.in_prolog == set() and learned.checked_at == 12.0
+    table.lock_answered(8, at=13.0)  # a job the table does not know: nothing to note
+
+
+def test_a_started_call_after_a_lock_read_is_learned_as_started() -> None:
+    table = JobTable(NAME)
+    table.learn(job(7, "aaaa-0001", state="PENDING", nodes=""))
+    assert table.learn_started(7) is None, "no lock read: Slurm's word is wanted"
+    table.lock_checked(7, job(7, "aaaa-0001", state="CONFIGURING", nodes="slurm-1"))
+    told = table.learn_started(7)
+    assert told is not None and told.started and (told.state, told.nodes) == (
+        "RUNNING", "slurm-1")
+    assert table.get(7) is told and 7 in table.started_at
+    assert table.learn_started(7) is told, "started already: as known"
+
+
+def test_a_started_hook_is_heard_once() -> None:
+    table = JobTable(NAME)
+    table.heard_started(7)
+    first = table.started_at[7]
+    table.heard_started(7)
+    assert table.started_at == {7: first}

@@ -201,7 +201,7 @@ async def test_a_pod_gone_from_the_cache_is_nothing_to_do(loop: Loop) -> None:
 
 async def test_a_started_job_binds_the_pod_to_the_node_of_its_slurmd_pod(loop: Loop) -> None:
     bed = loop.bed
-    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
+    bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))
     await loop.scheduler.reconcile("ns/p")
     (binding,) = bed.kube.calls("POST", f"{POD_PATH}/binding")
@@ -220,8 +220,8 @@ async def test_a_started_job_binds_the_pod_to_the_node_of_its_slurmd_pod(loop: L
 @pytest.mark.parametrize("state", ["RUNNING", "PENDING"])
 async def test_a_job_not_started_yet_leaves_the_pod_waiting(loop: Loop, state: str) -> None:
     bed = loop.bed
-    bed.cluster.jobs.learn(job(41, state=state, nodes="slurm-1",
-                               reason="Priority" if state == "PENDING" else ""))
+    bed.cluster.job_table.learn(job(41, state=state, nodes="slurm-1",
+                                    reason="Priority" if state == "PENDING" else ""))
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))
     await loop.scheduler.reconcile("ns/p")
     assert bed.kube.seen == [] and bed.slurm.seen == []
@@ -233,7 +233,7 @@ async def test_a_job_not_started_yet_leaves_the_pod_waiting(loop: Loop, state: s
 
 async def test_a_job_on_a_slurm_node_without_slurmd_pod_waits_and_says_so(loop: Loop) -> None:
     bed = loop.bed
-    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-9", started=True))
+    bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-9", started=True))
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))
     with pytest.raises(RetryLater, match="slurm-9"):
         await loop.scheduler.reconcile("ns/p")
@@ -245,7 +245,7 @@ async def test_a_job_on_a_slurm_node_without_slurmd_pod_waits_and_says_so(loop: 
 async def test_a_proven_job_missing_from_the_annotations_is_written_then_bound(
         loop: Loop) -> None:
     bed = loop.bed
-    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
+    bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
     put(bed.cluster.pod_informers[0], pod())  # killed between submitting and annotating
     await loop.scheduler.reconcile("ns/p")
     (patch,) = bed.kube.calls("PATCH", POD_PATH)
@@ -256,7 +256,7 @@ async def test_a_proven_job_missing_from_the_annotations_is_written_then_bound(
 
 async def test_a_deleted_pods_job_is_cancelled(loop: Loop) -> None:
     bed, scheduler = loop.bed, loop.scheduler
-    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
+    bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
     gone = pod(annotations=owned(41), node="node-a")
     put(bed.cluster.pod_informers[0], gone)
     bed.cluster.state.record("ns", "p", UID, 0.0)
@@ -274,7 +274,7 @@ async def test_a_deleted_pods_job_is_cancelled(loop: Loop) -> None:
 
 async def test_a_deleted_pod_whose_job_ended_cancels_nothing(loop: Loop) -> None:
     bed, scheduler = loop.bed, loop.scheduler
-    bed.cluster.jobs.learn(job(41, state="COMPLETED", nodes="slurm-1", started=True))
+    bed.cluster.job_table.learn(job(41, state="COMPLETED", nodes="slurm-1", started=True))
     bed.add_pod(pod(annotations=owned(41)), "DELETED")
     await scheduler.reconcile(await scheduler.queue.get())
     assert bed.slurm.paths("DELETE") == []
@@ -287,7 +287,7 @@ async def test_a_deleted_pod_without_a_job_queues_nothing(loop: Loop) -> None:
 
 async def test_a_pod_being_deleted_releases_its_job(loop: Loop) -> None:
     bed = loop.bed
-    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
+    bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41), node="node-a",
                                           deletionTimestamp="2025-01-01T00:01:00Z"))
     await loop.scheduler.reconcile("ns/p")
@@ -299,7 +299,7 @@ async def test_a_pod_being_deleted_releases_its_job(loop: Loop) -> None:
 async def test_a_bound_pod_whose_job_ended_is_deleted(loop: Loop, purged: bool) -> None:
     bed = loop.bed
     if not purged:
-        bed.cluster.jobs.learn(job(41, state="COMPLETED", nodes="slurm-1", started=True))
+        bed.cluster.job_table.learn(job(41, state="COMPLETED", nodes="slurm-1", started=True))
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41), node="node-a"))
     await loop.scheduler.reconcile("ns/p")
     (delete,) = bed.kube.calls("DELETE", POD_PATH)
@@ -319,7 +319,7 @@ async def test_a_copied_job_id_is_ignored_and_the_pod_scheduled_from_scratch(
         loop: Loop) -> None:
     bed = loop.bed
     other = who("bbbb-0002", name="q")
-    bed.cluster.jobs.learn(job(41, other, state="RUNNING", nodes="slurm-1", started=True))
+    bed.cluster.job_table.learn(job(41, other, state="RUNNING", nodes="slurm-1", started=True))
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41, uid="bbbb-0002")))
     bed.slurm.routes[("POST", SUBMIT)] = answer(200, {"job_id": 42})
     await loop.scheduler.reconcile("ns/p")
@@ -366,8 +366,8 @@ async def test_a_bound_pod_whose_job_id_slurm_gave_to_another_pod_is_deleted(
     Pod's): the Pod goes, as for any ended job, and the other Pod's job is left alone."""
     bed = loop.bed
     other = who("bbbb-0002", name="q")
-    bed.cluster.jobs.learn(job(41, who(), state="RUNNING", nodes="slurm-1", started=True))
-    bed.cluster.jobs.learn(job(41, other, state="RUNNING", nodes="slurm-1", started=True))
+    bed.cluster.job_table.learn(job(41, who(), state="RUNNING", nodes="slurm-1", started=True))
+    bed.cluster.job_table.learn(job(41, other, state="RUNNING", nodes="slurm-1", started=True))
     assert bed.cluster.jobs.by_uid == {"bbbb-0002": 41}
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41), node="node-a"))
     await loop.scheduler.reconcile("ns/p")
@@ -428,11 +428,11 @@ async def test_orphaned_jobs_are_cancelled_and_a_failure_does_not_stop_the_rest(
         loop: Loop) -> None:
     bed = loop.bed
     put(bed.cluster.pod_informers[0], pod())
-    bed.cluster.jobs.learn(job(41))  # the live Pod's
-    bed.cluster.jobs.learn(job(42, who("cccc-0003", name="gone")))
-    bed.cluster.jobs.learn(job(43, who("dddd-0004", name="done"), state="COMPLETED",
-                               nodes="slurm-1"))
-    bed.cluster.jobs.learn(job(44, who("eeee-0005", name="gone2")))
+    bed.cluster.job_table.learn(job(41))  # the live Pod's
+    bed.cluster.job_table.learn(job(42, who("cccc-0003", name="gone")))
+    bed.cluster.job_table.learn(job(43, who("dddd-0004", name="done"), state="COMPLETED",
+                                    nodes="slurm-1"))
+    bed.cluster.job_table.learn(job(44, who("eeee-0005", name="gone2")))
     bed.slurm.routes[("DELETE", f"{SLURM}/job/42")] = down()
     collector = asyncio.create_task(
         orphans.collect(loop.scheduler.cluster, loop.scheduler.executor, interval=60))
@@ -557,11 +557,11 @@ async def test_pods_slurm_does_not_count_are_named_where_a_binding_is_refused(
                  requests={"cpu": "1", "memory": "1"})
     bed.any_pod(member)
     gang = PodIdentity("ns", "label:g", "abcd" * 8, NAME, (member_id("eeeeeeee-eeee-0005"),))
-    bed.cluster.jobs.learn(job(30, gang, state="RUNNING", nodes="slurm-1", started=True))
+    bed.cluster.job_table.learn(job(30, gang, state="RUNNING", nodes="slurm-1", started=True))
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))  # asks for 2 of 1 left
     bed.kube.routes[("GET", POD_PATH)] = answer(200, pod(annotations=owned(41)))
     for job_id in (41, 42):  # the next job Slurm runs there: told again only if Pods change
-        bed.cluster.jobs.learn(job(job_id, state="RUNNING", nodes="slurm-1", started=True))
+        bed.cluster.job_table.learn(job(job_id, state="RUNNING", nodes="slurm-1", started=True))
         bed.slurm.routes[("POST", SUBMIT)] = answer(200, {"job_id": job_id + 1})
         await loop.scheduler.reconcile("ns/p")
         await bed.settle()
@@ -632,7 +632,7 @@ async def test_the_watchs_echo_of_the_schedulers_own_writes_is_not_reconciled_ag
         assert seen == ["ns/p"], "nothing it reads changed"
         # ...yet the dashboard's line has the job it submitted (its account and QOS come from it)
         assert bed.cluster.state.pods["ns/p"].job_id == 41
-        bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
+        bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
         scheduler.wake(who())  # the job-side still wakes it
         await until(lambda: len(bed.kube.calls("POST", f"{POD_PATH}/binding")) == 1)
         await quiet(scheduler)
@@ -692,7 +692,7 @@ async def test_a_running_phase_only_updates_the_dashboard(loop: Loop) -> None:
         await quiet(scheduler)
         running = pod(annotations=owned(41), resourceVersion="11", node="node-a")
         running["status"] = {"phase": "Running"}
-        bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
+        bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
         scheduler.wake(who())
         await until(lambda: len(bed.kube.calls("POST", f"{POD_PATH}/binding")) == 1)
         await quiet(scheduler)
@@ -729,7 +729,7 @@ async def test_an_event_while_its_pod_is_reconciled_is_reconciled_after(loop: Lo
         bed.add_pod(pod())
         await quiet(scheduler)  # submitted, its job id written: settled
         gate.clear()
-        bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
+        bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
         scheduler.wake(who())  # its job started: a reconcile starts, and waits
         await until(lambda: len(seen) == 2)
         bed.add_pod(pod(annotations=owned(41), resourceVersion="11"), "MODIFIED")
@@ -761,7 +761,7 @@ async def test_a_jobs_change_is_reconciled_unless_it_leaves_the_pod_waiting(
         bed.add_pod(pod())
         await quiet(scheduler)
         fields, looked_at = JOB_CHANGES[change]
-        bed.cluster.jobs.learn(job(41, **fields))
+        bed.cluster.job_table.learn(job(41, **fields))
         scheduler.wake(who())
         await quiet(scheduler)
         assert seen == ["ns/p"] * (2 if looked_at else 1)
@@ -781,7 +781,7 @@ async def test_a_job_change_of_a_pod_not_settled_is_reconciled(loop: Loop) -> No
         bed.add_pod(pod())  # not submitted (slurmrestd down): a retry is due
         await until(lambda: scheduler.queue.failures("ns/p") == 1)
         await quiet(scheduler)
-        bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1"))
+        bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1"))
         scheduler.wake(who())
         await quiet(scheduler)
         assert seen == ["ns/p"] * 2

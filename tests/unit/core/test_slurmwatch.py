@@ -84,8 +84,8 @@ async def test_adopt_waits_out_an_outage(watch: Watch) -> None:
 
 async def test_relist_forgets_lost_jobs_and_wakes_every_pod_of_ours(watch: Watch) -> None:
     bed = watch.bed
-    bed.cluster.jobs.learn(job(41, A))
-    bed.cluster.jobs.learn(job(42, B))
+    bed.cluster.job_table.learn(job(41, A))
+    bed.cluster.job_table.learn(job(42, B))
     bed.slurm.jobs = {42: raw_job(42, B, state="RUNNING", nodes="slurm-1"),
                       45: raw_job(45, C)}  # lost 41 in a crash
     await bed.watch.relist()
@@ -98,7 +98,7 @@ async def test_relist_forgets_lost_jobs_and_wakes_every_pod_of_ours(watch: Watch
 
 async def test_relist_gives_a_reused_id_to_its_new_pod(watch: Watch) -> None:
     bed = watch.bed
-    bed.cluster.jobs.learn(job(41, A))
+    bed.cluster.job_table.learn(job(41, A))
     bed.slurm.jobs = {41: raw_job(41, B)}
     await bed.watch.relist()
     assert bed.cluster.jobs.owner(41) == B and bed.cluster.jobs.by_uid == {B.uid: 41}
@@ -110,13 +110,13 @@ async def test_a_job_learned_while_the_relist_is_on_its_way_is_kept(watch: Watch
     older than what is known of it. Forgotten, its placeholder would be told it is no job of
     ours and let its node go under a running Pod."""
     bed = watch.bed
-    bed.cluster.jobs.learn(job(41, A, state="RUNNING", nodes="slurm-1", started=True))
+    bed.cluster.job_table.learn(job(41, A, state="RUNNING", nodes="slurm-1", started=True))
     bed.slurm.jobs = {41: raw_job(41, A, state="RUNNING", nodes="slurm-1", started=True)}
 
     def listing(request: httpx.Request) -> httpx.Response:
         answer = bed.slurm.fallback(request)  # as slurmctld had it when asked
-        bed.cluster.jobs.learn(job(42, B, state="RUNNING", nodes="slurm-2", started=True))
-        bed.cluster.jobs.learn(job(41, A, state="CANCELLED", nodes="slurm-1", started=True))
+        bed.cluster.job_table.learn(job(42, B, state="RUNNING", nodes="slurm-2", started=True))
+        bed.cluster.job_table.learn(job(41, A, state="CANCELLED", nodes="slurm-1", started=True))
         return answer
 
     bed.slurm.routes[("GET", f"{SLURM}/jobs/")] = listing
@@ -129,7 +129,7 @@ async def test_a_job_learned_while_the_relist_is_on_its_way_is_kept(watch: Watch
 
 async def test_a_failed_relist_changes_nothing(watch: Watch) -> None:
     bed = watch.bed
-    bed.cluster.jobs.learn(job(41, A))
+    bed.cluster.job_table.learn(job(41, A))
     bed.slurm.routes[("GET", f"{SLURM}/jobs/")] = down()
     await bed.watch.relist()
     assert set(bed.cluster.jobs) == {41} and watch.woken == []
@@ -139,8 +139,8 @@ async def test_a_failed_relist_changes_nothing(watch: Watch) -> None:
 
 async def test_a_changed_state_is_recorded_and_wakes_its_pod(watch: Watch) -> None:
     bed = watch.bed
-    bed.cluster.jobs.learn(job(41, A))
-    bed.cluster.jobs.learn(job(42, B, state="RUNNING", nodes="slurm-1", started=True))
+    bed.cluster.job_table.learn(job(41, A))
+    bed.cluster.job_table.learn(job(42, B, state="RUNNING", nodes="slurm-1", started=True))
     aged(bed.cluster.jobs.get(41), 0.0).reason = "Priority"
     await bed.watch.follow({41: "RUNNING", 42: "RUNNING"}, asked={41, 42})
     changed = bed.cluster.jobs.get(41)
@@ -151,8 +151,8 @@ async def test_a_changed_state_is_recorded_and_wakes_its_pod(watch: Watch) -> No
 
 async def test_a_job_slurm_no_longer_lists_is_forgotten(watch: Watch) -> None:
     bed = watch.bed
-    bed.cluster.jobs.learn(job(41, A, state="COMPLETED", nodes="slurm-1"))
-    bed.cluster.jobs.learn(job(42, B))  # submitted while the poll was in flight
+    bed.cluster.job_table.learn(job(41, A, state="COMPLETED", nodes="slurm-1"))
+    bed.cluster.job_table.learn(job(42, B))  # submitted while the poll was in flight
     await bed.watch.follow({}, asked={41})
     assert set(bed.cluster.jobs) == {42}
     assert A.uid not in bed.cluster.jobs.by_uid
@@ -161,7 +161,7 @@ async def test_a_job_slurm_no_longer_lists_is_forgotten(watch: Watch) -> None:
 
 async def test_a_pending_job_is_read_and_a_stuck_one_told_once(watch: Watch) -> None:
     bed = watch.bed
-    bed.cluster.jobs.learn(aged(job(41, A)))
+    bed.cluster.job_table.learn(aged(job(41, A)))
     bed.slurm.jobs[41] = raw_job(41, A, reason="JobHeldAdmin")
     await bed.watch.follow({41: "PENDING"}, asked={41})
     assert bed.slurm.paths() == [f"{SLURM}/job/41"]
@@ -179,7 +179,7 @@ async def test_a_pending_job_is_read_and_a_stuck_one_told_once(watch: Watch) -> 
 async def test_a_job_held_after_a_failed_launch_wakes_its_pod_and_is_not_stuck(
         watch: Watch) -> None:
     bed = watch.bed
-    bed.cluster.jobs.learn(aged(job(41, A)))
+    bed.cluster.job_table.learn(aged(job(41, A)))
     bed.slurm.jobs[41] = raw_job(41, A, reason="launch_failed_requeued_held")
     await bed.watch.follow({41: "PENDING"}, asked={41})
     assert watch.woken == [A], "its Pod gets a new job (podplan)"
@@ -189,7 +189,7 @@ async def test_a_job_held_after_a_failed_launch_wakes_its_pod_and_is_not_stuck(
 async def test_a_running_job_not_started_is_read_and_its_pod_woken_when_it_is(
         watch: Watch) -> None:
     bed = watch.bed
-    bed.cluster.jobs.learn(aged(job(41, A, state="RUNNING", nodes="slurm-1")))
+    bed.cluster.job_table.learn(aged(job(41, A, state="RUNNING", nodes="slurm-1")))
     bed.slurm.jobs[41] = raw_job(41, A, state="RUNNING", nodes="slurm-1", started=True)
     await bed.watch.follow({41: "RUNNING"}, asked={41})
     read = bed.cluster.jobs.get(41)
@@ -199,7 +199,7 @@ async def test_a_running_job_not_started_is_read_and_its_pod_woken_when_it_is(
 
 async def test_a_read_that_finds_the_job_gone_forgets_it(watch: Watch) -> None:
     bed = watch.bed
-    bed.cluster.jobs.learn(aged(job(41, A)))
+    bed.cluster.job_table.learn(aged(job(41, A)))
     await bed.watch.follow({41: "PENDING"}, asked={41})  # purged between the two calls
     assert bed.slurm.paths() == [f"{SLURM}/job/41"]
     assert set(bed.cluster.jobs) == set() and watch.woken == [A]
@@ -209,7 +209,7 @@ def hook_arrives(bed: Bed, job_id: int, answered: int) -> None:
     """While the poll reads job ``answered``, the started hook learns job ``job_id`` started;
     slurmrestd answers the read as it was before the placeholder wrote ": started"."""
     def route(request: httpx.Request) -> httpx.Response:
-        bed.cluster.jobs.learn(job(job_id, A, state="RUNNING", nodes="slurm-1", started=True))
+        bed.cluster.job_table.learn(job(job_id, A, state="RUNNING", nodes="slurm-1", started=True))
         return httpx.Response(200, json={"jobs": [raw_job(answered, A if answered == job_id
                                                           else B, state="RUNNING",
                                                           nodes="slurm-1")]})
@@ -218,8 +218,8 @@ def hook_arrives(bed: Bed, job_id: int, answered: int) -> None:
 
 async def test_a_read_older_than_the_started_hook_does_not_undo_it(watch: Watch) -> None:
     bed = watch.bed
-    bed.cluster.jobs.learn(aged(job(40, B, state="RUNNING", nodes="slurm-1"), 200))
-    bed.cluster.jobs.learn(aged(job(41, A, state="RUNNING", nodes="slurm-1")))
+    bed.cluster.job_table.learn(aged(job(40, B, state="RUNNING", nodes="slurm-1"), 200))
+    bed.cluster.job_table.learn(aged(job(41, A, state="RUNNING", nodes="slurm-1")))
     hook_arrives(bed, 41, answered=40)  # during the read of the job before it
     bed.slurm.jobs[41] = raw_job(41, A, state="RUNNING", nodes="slurm-1")
     await bed.watch.follow({40: "RUNNING", 41: "RUNNING"}, asked={40, 41})
@@ -231,7 +231,7 @@ async def test_a_read_older_than_the_started_hook_does_not_undo_it(watch: Watch)
 async def test_a_read_in_flight_when_the_started_hook_lands_does_not_undo_it(
         watch: Watch) -> None:
     bed = watch.bed
-    bed.cluster.jobs.learn(aged(job(41, A, state="RUNNING", nodes="slurm-1")))
+    bed.cluster.job_table.learn(aged(job(41, A, state="RUNNING", nodes="slurm-1")))
     hook_arrives(bed, 41, answered=41)
     await bed.watch.follow({41: "RUNNING"}, asked={41})
     kept = bed.cluster.jobs.get(41)
@@ -251,7 +251,7 @@ async def test_read_learns_a_job_of_ours_and_not_a_strangers(watch: Watch) -> No
 
 async def test_the_job_poll_follows_slurm_and_outlives_an_outage(watch: Watch) -> None:
     bed = watch.bed
-    bed.cluster.jobs.learn(job(41, A))
+    bed.cluster.job_table.learn(job(41, A))
     bed.slurm.routes[("GET", f"{SLURM}/jobs/state/")] = down()
     poll = asyncio.create_task(bed.watch.poll_jobs())
     try:

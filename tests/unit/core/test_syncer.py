@@ -61,7 +61,7 @@ class Sync:
 @pytest.fixture
 async def sync() -> AsyncIterator[Sync]:
     async with stand_ins.bed() as bed:
-        made = Sync(bed, Syncer(bed.cluster, bed.executor, bed.slurm_client))
+        made = Sync(bed, Syncer(bed.cluster, bed.executor, bed.slurm_client, bed.watch))
         put(bed.cluster.node_informer, node(taints=[OTHER_TAINT]))
         put(bed.cluster.slurmd_informer, slurmd())
         bed.any_pod(slurmd())
@@ -99,7 +99,7 @@ async def refused(call: Awaitable[object]) -> HookRefused:
 async def test_a_busy_node_is_tainted_and_its_blocker_evicted_then_locked(sync: Sync) -> None:
     bed = sync.bed
     sync.slurm_node("ALLOCATED")
-    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1"))
+    bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1"))
     for obj in (web(), daemon(), pod(node="node-a", annotations=owned(41))):
         bed.any_pod(obj)
     await sync.syncer.reconcile("slurm-1")
@@ -181,7 +181,7 @@ async def test_uncordoning_resumes_only_a_drain_kubernetes_set(sync: Sync) -> No
 async def test_a_lock_request_is_answered_once_the_node_is_cleared(sync: Sync) -> None:
     bed, syncer = sync.bed, sync.syncer
     bed.slurm.jobs[41] = raw_job(41, state="RUNNING", nodes="slurm-[1-3]")
-    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-[1-3]"))
+    bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-[1-3]"))
     bed.any_pod(web())
     worker = asyncio.create_task(syncer._work())
     try:
@@ -354,7 +354,7 @@ async def test_lock_requests_for_one_job_at_once_share_one_read_of_it(
     job not ours (a Slurm job's, or one the job table has not learned yet)."""
     bed, syncer = sync.bed, sync.syncer
     if owner is not None:
-        bed.cluster.jobs.learn(job(41, owner, state="CONFIGURING", nodes="slurm-1"))
+        bed.cluster.job_table.learn(job(41, owner, state="CONFIGURING", nodes="slurm-1"))
         assert bed.cluster.jobs.owner(41) == owner
     bed.slurm.jobs[41] = raw_job(41, owner, state="CONFIGURING", nodes="slurm-1")
     release = held_reads(sync, 41)
@@ -374,7 +374,7 @@ async def test_lock_requests_for_a_single_pods_job_each_read_it(sync: Sync) -> N
     """One Pod's job runs on one node, so one prolog asks: its read is its own, without the
     shared read's task (a second request is a prolog that asked again)."""
     bed, syncer = sync.bed, sync.syncer
-    bed.cluster.jobs.learn(job(41, state="CONFIGURING", nodes="slurm-1"))  # one Pod's, ours
+    bed.cluster.job_table.learn(job(41, state="CONFIGURING", nodes="slurm-1"))  # one Pod's, ours
     bed.slurm.jobs[41] = raw_job(41, state="CONFIGURING", nodes="slurm-1")
     release = held_reads(sync, 41)
     asking = [asyncio.create_task(syncer.request_lock("slurm-1", 41, False, within=0.05))
@@ -457,7 +457,7 @@ async def test_an_unanswered_request_expires_on_an_idle_node_only(sync: Sync) ->
 async def test_a_pod_placed_by_sunk_stays_and_one_claiming_to_be_is_evicted(sync: Sync) -> None:
     bed = sync.bed
     sync.slurm_node("ALLOCATED")
-    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1"))
+    bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1"))
     bed.any_pod(pod(node="node-a", annotations=owned(41)))
     bed.any_pod(pod("bbbb-0002", name="fake", node="node-a",
                     annotations=owned(41, uid="bbbb-0002")))  # wrote sunk's job-id itself
@@ -468,7 +468,7 @@ async def test_a_pod_placed_by_sunk_stays_and_one_claiming_to_be_is_evicted(sync
 
 async def test_without_the_scheduler_a_pod_is_sunks_by_its_annotations(sync: Sync) -> None:
     async with stand_ins.bed(components=["syncer"]) as bed:
-        syncer = Syncer(bed.cluster, bed.executor, bed.slurm_client)
+        syncer = Syncer(bed.cluster, bed.executor, bed.slurm_client, bed.watch)
         mine = pod(node="node-a", annotations=owned(41))
         copied = pod("bbbb-0002", name="q", node="node-a", annotations=owned(41))
         assert syncer._placed_by_sunk(mine)
@@ -592,7 +592,7 @@ async def test_what_locking_needs_of_a_pod_is_made_again_when_the_pod_or_its_job
     bed, syncer = sync.bed, sync.syncer
     mine = pod(node="node-a", annotations=owned(41), resourceVersion="5")
     assert not syncer._pod_on_node(mine).stays, "no job of ours names it yet"
-    bed.cluster.jobs.learn(job(41, state="RUNNING", nodes="slurm-1"))
+    bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1"))
     assert syncer._pod_on_node(mine).placed_by_sunk, "its job is known now"
     tolerating = pod(node="node-a", annotations=owned(41), resourceVersion="6")
     tolerating["spec"]["tolerations"] = [LOCK_TAINT_SPEC]
