@@ -36,13 +36,17 @@ PRODUCT = ROOT / "sunk"
 
 def floors(package: str = "sunk") -> dict[str, int]:
     """Module -> its floor: 1 for a module that imports nothing of the package, else one above
-    the highest floor of what it imports (the import graph has no cycles)."""
+    the highest floor of what it imports (an import back into a loop of imports, such as one
+    made only for type checking, is not counted)."""
     graph = grimp.build_graph(package)
+    visiting: set[str] = set()
 
     @functools.cache
     def floor(module: str) -> int:
+        visiting.add(module)
         below = [floor(m) for m in graph.find_modules_directly_imported_by(module)
-                 if m.startswith(package + ".") or m == package]
+                 if (m.startswith(package + ".") or m == package) and m not in visiting]
+        visiting.discard(module)
         return 1 + max(below, default=0)
 
     return {m: floor(m) for m in graph.modules}
@@ -137,6 +141,9 @@ async def one_pod_life(watch: Callable[[Trip], None], trip: Trip) -> None:
         s.POLICIES, settings={"killWaitSeconds": 30, "annotationPrefix": s.PREFIX})
     async with s.bed() as bed:
         scheduler = scheduler_class(bed.cluster, bed.watch, bed.executor, policies)
+        connect = getattr(importlib.import_module("sunk.wiring"), "connect_scheduler", None)
+        if connect is not None:  # wired in one place (older layouts: in the constructor)
+            connect(scheduler)
         hooks = answers_class(bed.cluster, bed.watch, bed.executor, wake=scheduler.wake)
         s.put(bed.cluster.namespace_informer, s.namespace())
         s.put(bed.cluster.node_informer, s.node())

@@ -101,6 +101,26 @@ class Parts:
         return self.cluster.ready
 
 
+def connect_scheduler(scheduler: Scheduler) -> None:
+    """The scheduler hears what wakes its Pods and gangs: their watch events, room freed on a
+    Node, Slurm's jobs that changed or are stuck, the API server or Slurm back after an
+    outage."""
+    cluster, watch = scheduler.cluster, scheduler.watch
+    cluster.pod_handlers.append(scheduler.on_pod)
+    cluster.gang_handlers.append(scheduler.queue.add)
+    cluster.usage.freed = scheduler.room_freed
+    watch.wake, watch.stuck = scheduler.wake, scheduler.job_stuck
+    cluster.health.on_slurm_back.append(scheduler.slurm_back)
+    cluster.health.on_kube_back.append(scheduler.kube_back)
+
+
+def connect_syncer(syncer: Syncer) -> None:
+    """The syncer hears every Pod's watch events (what a lock must clear) and the executor's
+    lock changes (a waiting prolog may be answered)."""
+    syncer.executor.on_lock_changed = syncer.lock_changed
+    syncer.cluster.any_pod_handlers.append(syncer.on_pod)
+
+
 def assemble(settings: Settings, api: kube.Client, slurm: SlurmClient,
              policies: PolicyStore) -> Parts:
     cluster = Cluster(settings, api)
@@ -110,7 +130,10 @@ def assemble(settings: Settings, api: kube.Client, slurm: SlurmClient,
     executor = Executor(cluster, kube_api, slurm,
                         credential=keys.credentials_of(settings.scheduler_name), jobs=watch)
     scheduler = Scheduler(cluster, watch, executor, policies)
+    connect_scheduler(scheduler)
     hooks = HookAnswers(cluster, watch, executor, wake=scheduler.wake)
     syncer = Syncer(cluster, executor, slurm, watch) if "syncer" in settings.components else None
+    if syncer is not None:
+        connect_syncer(syncer)
     return Parts(cluster, watch, executor, keys, scheduler, hooks, syncer,
                  DashboardSource(cluster, policies, kube_api))

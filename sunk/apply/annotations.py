@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sunk import kube
+from sunk.apply.background import Background
 from sunk.apply.ports import KubePort
 from sunk.model.cluster import Cluster
 
@@ -28,10 +29,6 @@ ANNOTATE_RETRY = 0.5
 #: in the open-loop runs): their Pod's binding carries the id, and the API server takes one
 #: write per Pod, not two. A job pending longer has its id on the Pod after this.
 JOB_ID_WAIT = 2.0
-
-#: Holds a background task until it ends (the executor's: what a test waits for).
-Keep = Callable[[asyncio.Task[None]], None]
-
 
 @dataclass(eq=False)
 class DelayedWrite:
@@ -65,10 +62,10 @@ class DelayedWrite:
 class AnnotationWriter:
     """Writes Pods' annotations, each Pod's in order, and records them in the assume cache."""
 
-    def __init__(self, cluster: Cluster, kube_port: KubePort, *, keep: Keep) -> None:
+    def __init__(self, cluster: Cluster, kube_port: KubePort, background: Background) -> None:
         self.cluster = cluster
         self.kube = kube_port
-        self.keep = keep
+        self.background = background
         #: Pod uid -> the newest write of its annotations still going on in the background.
         self._writing: dict[str, asyncio.Task[None]] = {}
         #: Pod uid -> its job id waiting out JOB_ID_WAIT (a binding may carry it).
@@ -108,7 +105,7 @@ class AnnotationWriter:
         task = asyncio.create_task(self._write_in_background(
             pod, dict(annotations), after=after, delayed=delayed))
         self._writing[uid] = task
-        self.keep(task)
+        self.background.keep(task)
 
         def done(finished: asyncio.Task[None]) -> None:
             if self._writing.get(uid) is finished:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 
 from sunk import kube
 from sunk.apply.annotations import AnnotationWriter
+from sunk.apply.background import PodEvents
 from sunk.apply.ports import KubePort
 from sunk.apply.retry import RetryLater
 from sunk.model.cluster import Cluster
@@ -21,10 +22,6 @@ from sunk.runtime import metrics
 from sunk.slurm.job import account_and_qos
 
 log = logging.getLogger("sunk.apply.executor")
-
-#: Sends a Pod's Event and notes it on the Pod's dashboard line (the executor's ``pod_event``).
-SendPodEvent = Callable[[kube.Obj, PodRecord | None, str, str], None]
-
 
 def scheduled_message(pod_key: str, k8s_node: str, slurm_node: str, job_id: int, *,
                       account: str = "", qos: str = "") -> str:
@@ -42,13 +39,13 @@ class Binder:
     """Binds Pods for the executor, a Pod's binding and a gang member's alike."""
 
     def __init__(self, cluster: Cluster, kube_port: KubePort, annotator: AnnotationWriter,
-                 memory: PodMemory, *, owned: ownership.Keys, pod_event: SendPodEvent) -> None:
+                 memory: PodMemory, events: PodEvents, *, owned: ownership.Keys) -> None:
         self.cluster = cluster
         self.kube = kube_port
         self.annotator = annotator
         self.memory = memory
         self.owned = owned
-        self.pod_event = pod_event
+        self.events = events
 
     def reserve(self, pod: kube.Obj, k8s_node: str) -> None:
         """The Pod's room on ``k8s_node`` (:class:`sunk.plans.actions.Reserve`): checked and
@@ -96,7 +93,7 @@ class Binder:
         account, qos = account_and_qos(job)
         if not (account and qos):  # the job as submitted, unpacked only when Slurm's is silent
             account, qos = account_and_qos(job, record.job_description)
-        send = functools.partial(self.pod_event, pod, record, "Scheduled", scheduled_message(
+        send = functools.partial(self.events.send, pod, record, "Scheduled", scheduled_message(
             kube.key(pod), k8s_node, slurm_node, job_id, account=account, qos=qos))
         if events is None:
             send()

@@ -18,20 +18,21 @@ background: a bind never waits for one.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from sunk import kube
 from sunk.apply.annotations import AnnotationWriter
+from sunk.apply.background import Background, PodEvents
 from sunk.apply.binding import Binder
+from sunk.apply.gangs import GangExecutor
 from sunk.apply.nodeexecutor import NodeExecutor
 from sunk.apply.ports import KubePort, SlurmPort
 from sunk.apply.retry import RetryLater as RetryLater  # the loops import it from here
 from sunk.apply.submissions import JobRecorder, Submitter
 from sunk.model.cluster import Cluster
-from sunk.model.podmemory import PodMemory
+from sunk.model.podmemory import PodMemory, PodMemoryView
 from sunk.model.state import PodRecord
 from sunk.plans import actions as do
 from sunk.plans import ownership
@@ -54,23 +55,34 @@ class Executor:
         self.slurm = slurm
         self.settings = cluster.settings
         self.owned = ownership.Keys.with_prefix(self.settings.annotation_prefix)
-        self.memory = PodMemory()
-        self._background: set[asyncio.Task[None]] = set()
-        self.annotator = AnnotationWriter(cluster, kube_port, keep=self._keep)
-        self.submitter = Submitter(cluster, slurm, self.memory, credential=credential,
+        self._memory = PodMemory()  # written here and by the parts below only
+        self.background = Background()
+        self._background = self.background.tasks  # what a test waits for
+        self.events = PodEvents(kube_port, self.background)
+        self.annotator = AnnotationWriter(cluster, kube_port, self.background)
+        self.submitter = Submitter(cluster, slurm, self._memory, credential=credential,
                                    jobs=jobs)
-        self.binder = Binder(cluster, kube_port, self.annotator, self.memory, owned=self.owned,
-                             pod_event=self.pod_event)
-        self.nodes = NodeExecutor(cluster, kube_port, slurm, fire=self.fire)
+        self.binder = Binder(cluster, kube_port, self.annotator, self._memory, self.events,
+                             owned=self.owned)
+        self.nodes = NodeExecutor(cluster, kube_port, slurm, background=self.background)
+        self.gangs = GangExecutor(self, self._memory)
+
+    @property
+    def memory(self) -> PodMemoryView:
+        """What the executor remembers of Pods and gangs, read-only."""
+        return self._memory
+
+    def forget_pod(self, uid: str) -> None:
+        """The Pod ``uid`` is gone: nothing of it is remembered any more."""
+        self._memory.forget(uid)
+
+    def forget_gang(self, gang_id: str) -> None:
+        """The gang has no Pod and no live job left."""
+        self._memory.forget_gang(gang_id)
 
     def fire(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` in the background (Events: never on the hot path)."""
-        self._keep(asyncio.create_task(coro))
-
-    def _keep(self, task: asyncio.Task[None]) -> None:
-        """Hold a background task until it ends (the event loop keeps only a weak reference)."""
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self.background.fire(coro)
 
     # -- a Pod ----------------------------------------------------------------------------------
     async def apply_pod(self, pod: kube.Obj, record: PodRecord,
@@ -82,15 +94,15 @@ class Executor:
                 case do.PodEvent(reason, message, warning):
                     self.pod_event(pod, record, reason, message, warning=warning)
                 case do.ReportIgnored(message):
-                    self.memory.told_ignored.add(uid)
+                    self._memory.told_ignored.add(uid)
                     metrics.ANNOTATIONS_IGNORED.inc()
                     log.warning("pod %s: ignored scheduler-owned annotations: %s",
                                 kube.key(pod), message)
                     self.pod_event(pod, record, "IgnoredAnnotations", message, warning=True)
                 case do.Replace(lost_job):
-                    self.memory.replaced.setdefault(uid, set()).add(lost_job)
+                    self._memory.replaced.setdefault(uid, set()).add(lost_job)
                 case do.Refit(job_id, why):
-                    self.memory.refitted.setdefault(uid, set()).add(job_id)
+                    self._memory.refitted.setdefault(uid, set()).add(job_id)
                     metrics.REFITS.inc()
                     await self.cancel(job_id, kube.key(pod), why)
                 case do.ReportNotCounted():
@@ -123,9 +135,9 @@ class Executor:
                 f"not count take the room on Node {report.k8s_node}: {pods}")
         metrics.child(metrics.NODE_PODS_NOT_COUNTED, report.k8s_node).set(len(report.pods))
         self.cluster.state.not_counted[report.slurm_node] = text
-        if self.memory.told_not_counted.get(report.k8s_node) == report.pods:
+        if self._memory.told_not_counted.get(report.k8s_node) == report.pods:
             return
-        self.memory.told_not_counted[report.k8s_node] = report.pods
+        self._memory.told_not_counted[report.k8s_node] = report.pods
         log.warning("node %s: %s", report.k8s_node, text)
         node = self.cluster.node(report.k8s_node)
         if node is not None:
@@ -143,11 +155,7 @@ class Executor:
 
     def pod_event(self, pod: kube.Obj, record: PodRecord | None, reason: str, message: str, *,
                   warning: bool = False) -> None:
-        if record is not None:
-            record.last_event = f"{reason}: {message}"
-            record.note(reason, message)
-        self.fire(self.kube.event(pod, kind="Pod", reason=reason, message=message,
-                                  warning=warning))
+        self.events.send(pod, record, reason, message, warning=warning)
 
     async def _submit(self, pod: kube.Obj, record: PodRecord, job: dict[str, Any], *,
                       tries: int) -> None:

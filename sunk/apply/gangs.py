@@ -7,14 +7,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from sunk import kube
-from sunk.apply.executor import Executor
 from sunk.apply.retry import RetryLater
+from sunk.model.podmemory import PodMemory
 from sunk.model.state import GangRecord
 from sunk.plans import actions as do
 from sunk.plans.gangplan import Step
 from sunk.slurm.client import SlurmError
+
+if TYPE_CHECKING:  # the executor owns this part of it
+    from sunk.apply.executor import Executor
 
 log = logging.getLogger("sunk.gangs")
 
@@ -23,9 +27,9 @@ class GangExecutor:
     """A gang's steps, in order: ``(None, action)`` is the gang's, ``(Pod key, action)`` one
     member's (applied as a Pod's, each Event told once)."""
 
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, executor: Executor, memory: PodMemory) -> None:
         self.executor = executor
-        self.memory = executor.memory
+        self.memory = memory
 
     async def apply(self, gang_id: str, record: GangRecord, pods: dict[str, kube.Obj],
                     steps: Iterable[Step]) -> None:

@@ -7,10 +7,11 @@ The node half of the executor (:mod:`sunk.apply.executor`), through the same two
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sunk import kube
+from sunk.apply.background import Background
 from sunk.apply.ports import KubePort, SlurmPort
 from sunk.model.cluster import Cluster
 from sunk.plans import actions as do
@@ -21,16 +22,13 @@ from sunk.runtime import metrics
 
 log = logging.getLogger("sunk.apply.executor")
 
-Fire = Callable[[Coroutine[Any, Any, None]], None]
-
-
 class NodeExecutor:
     def __init__(self, cluster: Cluster, kube_port: KubePort, slurm: SlurmPort, *,
-                 fire: Fire) -> None:
+                 background: Background) -> None:
         self.cluster = cluster
         self.kube = kube_port
         self.slurm = slurm
-        self.fire = fire
+        self.fire = background.fire
         self.settings = cluster.settings
         #: (Pod key, Slurm node) pairs already told their eviction was refused (once a lock).
         self._evict_refused: set[tuple[str, str]] = set()

@@ -14,7 +14,6 @@ from collections.abc import Callable
 
 from sunk import kube
 from sunk.apply.executor import Executor
-from sunk.apply.gangs import GangExecutor
 from sunk.model.cluster import Cluster
 from sunk.model.state import GangMember, GangRecord
 from sunk.plans import actions as do
@@ -40,7 +39,6 @@ class GangReconciler:
         self.settings = cluster.settings
         self.prefix = self.settings.annotation_prefix
         self.recheck = recheck
-        self.gang_executor = GangExecutor(executor)
 
     def claim(self, pod: kube.Obj) -> gang.Claim | None:
         return gang.claim(pod, self.prefix, self.cluster.gang_owners())
@@ -59,15 +57,17 @@ class GangReconciler:
         steps = plan.steps
         if plan.submit:  # what a submission needs is read only when there is one to make
             steps += await self._plan_submission(found, by_key, first_try=first_try)
-        await self.gang_executor.apply(found.id, record, by_key, steps)
+        await self.executor.gangs.apply(found.id, record, by_key, steps)
         binds = [a for _, a in plan.steps if isinstance(a, do.Bind)]
         if binds and not any(isinstance(a, do.RetryLater) for _, a in plan.steps) and (
-                first := self.executor.memory.gang_started.get(found.id)):
-            took = time.monotonic() - first[1]  # every member is bound now
+                facts.job is not None) and (
+                started := self.cluster.jobs.started_at.get(facts.job.job_id)) is not None:
+            took = time.monotonic() - started  # every member is bound now
             metrics.GANG_BIND_LATENCY.observe(took)
-            record.note("bound", f"every member, {took:.3f}s after job {first[0]} started")
+            record.note("bound", f"every member, {took:.3f}s after job {facts.job.job_id} "
+                                 "started")
             log.info("gang %s: all %d members bound %.3fs after job %d started", found.key,
-                     len(facts.job.members) if facts.job else 0, took, first[0])
+                     len(facts.job.members), took, facts.job.job_id)
         if plan.recheck_in is not None:
             self.recheck(key, plan.recheck_in)
 
@@ -80,12 +80,9 @@ class GangReconciler:
             nodes = tuple(expand_hostlist(job.nodes)) if job.nodes else ()
             gang_job = gangplan.GangJob(job.job_id, view, job.owner.members, nodes)
         started_for = None
-        if gang_job is not None and gang_job.view.started:
-            first = self.executor.memory.gang_started.get(found.id)
-            if first is None or first[0] != gang_job.job_id:
-                first = (gang_job.job_id, time.monotonic())
-                self.executor.memory.gang_started[found.id] = first
-            started_for = time.monotonic() - first[1]
+        if gang_job is not None and gang_job.view.started:  # since sunk heard it start
+            started = self.cluster.jobs.started_at.get(gang_job.job_id)
+            started_for = 0.0 if started is None else time.monotonic() - started
         members = {}
         for pod in pods:
             meta = pod["metadata"]
@@ -169,7 +166,7 @@ class GangReconciler:
             record.note("waiting", plan.waiting)
         if not facts.pods and (facts.job is None or facts.job.view.finished):
             state.gangs.pop(found.key, None)  # every Pod of it is gone
-            self.executor.memory.forget_gang(found.id)
+            self.executor.forget_gang(found.id)
         return record
 
 

@@ -71,11 +71,8 @@ class Scheduler:
             scheduler_name=settings.scheduler_name, placeholder_script=settings.placeholder_script,
             gpu_resource=settings.gpu_resource, gpu_model_label=settings.gpu_model_label,
             gpu_types=settings.gpu_types, kill_wait_seconds=settings.slurm_kill_wait)
-        cluster.pod_handlers.append(self._on_pod)
         self.gangs = GangReconciler(cluster, executor, policies, self.translate_settings,
                                     recheck=self.queue.add_after)
-        cluster.gang_handlers.append(self.queue.add)
-        cluster.usage.freed = self._room_freed
         #: Pods waiting for room on some Node: woken when a Pod leaves a Node.
         self._waiting_for_room: set[str] = set()
         #: Pod key -> what its last successful reconcile left (:class:`Settled`). A watch
@@ -86,9 +83,6 @@ class Scheduler:
         #: Dropped when a reconcile of the Pod starts, fails or finds it gone (a Pod not
         #: settled is always looked at).
         self._settled: dict[str, Settled] = {}
-        watch.wake, watch.stuck = self.wake, self.job_stuck
-        cluster.health.on_slurm_back.append(self._slurm_back)
-        cluster.health.on_kube_back.append(self._kube_back)
 
     # -- running -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -131,13 +125,13 @@ class Scheduler:
         for pod in self.cluster.pods():
             self.queue.add(kube.key(pod))
 
-    def _slurm_back(self) -> None:
+    def slurm_back(self) -> None:
         if self.cluster.ready.is_set() and self.cluster.scheduling:
             log.info("Slurm answers again; listing its jobs and looking at every Pod")
             self.executor.fire(self.watch.relist())
             self._requeue_all()
 
-    def _kube_back(self) -> None:
+    def kube_back(self) -> None:
         if self.cluster.ready.is_set():
             log.info("looking at every Pod again: the API server was away")
             self._requeue_all()
@@ -189,20 +183,20 @@ class Scheduler:
             f"is sunk's, not the Pod's: retrying in {delay:.0f}s (failure {failures}). The "
             "scheduler's log has the traceback.", warning=True)
 
-    def _room_freed(self, node: str) -> None:
+    def room_freed(self, node: str) -> None:
         """A Pod left ``node``: the Pods waiting for room look again now, not after their
         backoff."""
         waiting, self._waiting_for_room = self._waiting_for_room, set()
         for key in waiting:
             self.queue.add(key)
 
-    def _on_pod(self, kind: str, pod: kube.Obj) -> None:
+    def on_pod(self, kind: str, pod: kube.Obj) -> None:
         key = kube.key(pod)
         if (gang_key := self.cluster.gang_of(pod)) is not None:
             self.queue.add(gang_key)  # a member changed: its gang looks again
         if kind == "DELETED":
             uid = pod["metadata"].get("uid", "")
-            self.executor.memory.forget(uid)
+            self.executor.forget_pod(uid)
             self._settled.pop(key, None)
             # The Pod object is gone: release its job now (reconcile no longer sees the Pod).
             if (job_id := self.cluster.jobs.by_uid.get(uid)) is not None:

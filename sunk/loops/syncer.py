@@ -59,8 +59,6 @@ class Syncer:
         self.state_key = settings.annotation("slurm-state")
         self.reason_key = settings.annotation("slurm-reason")
         self.slurmd_selector = cluster.slurmd_selector
-        executor.on_lock_changed = self._lock_changed
-        cluster.any_pod_handlers.append(self._on_pod)
 
     # -- running -----------------------------------------------------------------------------
     async def run(self) -> None:
@@ -136,7 +134,7 @@ class Syncer:
             finally:
                 self.queue.done(node)
 
-    def _on_pod(self, kind: str, pod: kube.Obj) -> None:
+    def on_pod(self, kind: str, pod: kube.Obj) -> None:
         """A Pod on a Node still being locked changed (an evicted Pod went): look at that node
         again now. A node locked already is not: a Pod that changes there is seen by the next
         sweep (its fingerprint changed), and a busy node is not looked at for every event of
@@ -167,7 +165,7 @@ class Syncer:
             self._pods_seen[uid] = (version, made)
         return made
 
-    def _lock_changed(self, slurm_node: str) -> None:
+    def lock_changed(self, slurm_node: str) -> None:
         if (changed := self._changed.get(slurm_node)) is not None:
             changed.set()
 
@@ -276,5 +274,5 @@ class Syncer:
                                        pod_of=self.cluster.any_pod)
         self._seen[slurm_node] = seen
         self._looked_at[slurm_node] = began
-        self._lock_changed(slurm_node)  # a waiting prolog may answer now
+        self.lock_changed(slurm_node)  # a waiting prolog may answer now
 

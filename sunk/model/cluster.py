@@ -5,11 +5,21 @@ it is bound to, Nodes, slurmd Pods, Namespaces), the index from a Slurm node to 
 and Kubernetes Node, Slurm's node and job tables, the placement snapshot, the assume cache and
 the dashboard's records. Parts of it have modules of their own: what is bound to each Node and
 the room it leaves (:mod:`sunk.model.noderoom`), the Pods by gang (:mod:`sunk.model.gangindex`)
-and the whole Pods kept for their policies (:mod:`sunk.model.wholepod`). The scheduler, the
-syncer, the hook API and the dashboard read it; only the Slurm poller
-(:mod:`sunk.model.slurmwatch`) and the executor (:mod:`sunk.apply.executor`) write to it. The job
-table has one writer, the Slurm poller: everyone else sees it read-only (:attr:`Cluster.jobs`,
-:class:`sunk.model.jobtable.JobsView`) and tells the poller what changed.
+and the whole Pods kept for their policies (:mod:`sunk.model.wholepod`).
+
+Who writes what (docs/how-it-works.md has the whole table):
+
+=========================================  ===================================================
+the Kubernetes objects, gang index, room    the watches (:meth:`_on_pod`, :meth:`_on_any_pod`,
+on each Node, whole Pods                    ...); a binding's room: the executor's ``Reserve``
+Slurm's jobs (:attr:`jobs`)                 the Slurm poller alone; read-only
+                                            (:class:`~sunk.model.jobtable.JobsView`) to the rest
+Slurm's nodes                               the Slurm poller (:meth:`set_slurm_nodes`)
+the assume cache                            the executor (what it wrote), the watches (seen)
+the health of both sides                    :class:`~sunk.model.health.Health`
+the dashboard's records (:attr:`state`)     the loops (what they read) and the executor (what
+                                            it did)
+=========================================  ===================================================
 """
 
 from __future__ import annotations
@@ -64,12 +74,12 @@ class Cluster:
         self._watch_kubernetes(settings, api)
         #: Nodes whose placement facts changed, and each kind of Pod's excluded Slurm nodes
         #: brought up to date from them (not every Node looked at for every submission).
-        self.node_changes = placement.NodeChanges()
+        self.node_changes = fit.NodeChanges()
         self.exclusions = placement.Exclusions(self.node_changes)
         self.node_room = NodeRoom(settings.scheduler_name, self.slurmd_selector, self._jobs,
-                                  self.node)
+                                  self.node_informer)
         self.usage = self.node_room.usage
-        self.usage.changed = self.node_changes.add
+        self.usage.changed = self.node_changes
         self.health = Health(self.state, poll_interval=settings.slurm_poll_interval,
                              informers=self.informers)
         self.ready = asyncio.Event()

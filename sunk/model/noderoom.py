@@ -8,7 +8,7 @@ whose room Slurm does not know is taken. A Pod is never bound over a Node's allo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from sunk import kube
 from sunk.model.jobtable import JobsView
@@ -18,11 +18,12 @@ from sunk.slurm.job import member_id
 
 class NodeRoom:
     def __init__(self, scheduler_name: str, slurmd_selector: Mapping[str, str], jobs: JobsView,
-                 node: Callable[[str], kube.Obj | None]) -> None:
+                 nodes: kube.Informer) -> None:
         self.scheduler_name = scheduler_name
         self.slurmd_selector = slurmd_selector
         self.jobs = jobs
-        self._node = node
+        #: The Nodes' informer: a Node's allocatable.
+        self._nodes = nodes
         self.usage = fit.NodeUsage(staying=self.stays_beside_slurm, reserved=self.reserved)
         #: Node name -> the Pods bound to it, by key; Pod key -> its Node.
         self._on_node: dict[str, dict[str, kube.Obj]] = {}
@@ -81,7 +82,7 @@ class NodeRoom:
 
     def room(self, pod: kube.Obj, node: str) -> list[str]:
         """What Node ``node`` lacks for ``pod`` in Kubernetes' view ([] if it fits)."""
-        obj = self._node(node)
+        obj = self._nodes.cache.get(node)
         if obj is None:
             return [f"no Node {node}"]
         return fit.shortfall(fit.pod_requests(pod), self.allocatable(obj), self.usage.used(node))

@@ -1,10 +1,42 @@
 """What the scheduler remembers of each Pod and gang between reconciles, beyond what the API
 server and Slurm say: Events already sent, jobs already replaced or cancelled, submits whose
-answer was lost. The executor writes it as it acts; the loops read it into a plan's facts."""
+answer was lost. One writer, the executor (:mod:`sunk.apply`), as it acts; the loops read it
+into a plan's facts through :class:`PodMemoryView`, and ask the executor to forget a Pod or a
+gang that is gone."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
+from typing import Protocol
+
+
+class PodMemoryView(Protocol):
+    """:class:`PodMemory` read-only: what every part but the executor sees of it."""
+
+    @property
+    def replaced(self) -> Mapping[str, Set[int]]: ...
+
+    @property
+    def told_ignored(self) -> Set[str]: ...
+
+    @property
+    def uncertain_submits(self) -> Mapping[str, int]: ...
+
+    @property
+    def refitted(self) -> Mapping[str, Set[int]]: ...
+
+    @property
+    def withdrawn(self) -> Mapping[str, Set[int]]: ...
+
+    @property
+    def gang_cancelled(self) -> Mapping[str, Set[int]]: ...
+
+    @property
+    def told_gang(self) -> Mapping[str, Set[tuple[str, str]]]: ...
+
+    @property
+    def told_not_counted(self) -> Mapping[str, tuple[str, ...]]: ...
 
 
 @dataclass
@@ -25,8 +57,6 @@ class PodMemory:
     gang_cancelled: dict[str, set[int]] = field(default_factory=dict)
     #: Pod uid -> the (reason, message) of gang Events told it (a gang's reconcile repeats).
     told_gang: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
-    #: Gang id -> (its job, when that job was first seen started, monotonic seconds).
-    gang_started: dict[str, tuple[int, float]] = field(default_factory=dict)
     #: Node -> the Pods Slurm does not count last reported on it (told once while the same).
     told_not_counted: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
@@ -40,5 +70,5 @@ class PodMemory:
 
     def forget_gang(self, gang_id: str) -> None:
         """The gang has no Pod and no live job left."""
-        for kept in (self.replaced, self.withdrawn, self.gang_cancelled, self.gang_started):
+        for kept in (self.replaced, self.withdrawn, self.gang_cancelled):
             kept.pop(gang_id, None)

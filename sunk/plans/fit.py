@@ -129,6 +129,34 @@ def shortfall(wants: Resources, allocatable: Resources, used: Resources) -> list
     return sorted(lacking)
 
 
+
+class NodeChanges:
+    """The Kubernetes Nodes whose placement facts changed (the Node object, or what is bound
+    to it), in order, so that :class:`Exclusions` look again only at those. Only the newest
+    ``limit`` are kept: a memo older than that looks at every Node once."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._names: list[str] = []
+        self._dropped = 0
+        self._limit = limit
+
+    @property
+    def position(self) -> int:
+        return self._dropped + len(self._names)
+
+    def add(self, node: str) -> None:
+        if len(self._names) >= self._limit:
+            self._dropped += len(self._names)
+            self._names = []
+        self._names.append(node)
+
+    def since(self, position: int) -> set[str] | None:
+        """The Nodes that changed after ``position`` (None: not kept that long)."""
+        if position < self._dropped:
+            return None
+        return set(self._names[position - self._dropped:])
+
+
 @dataclass
 class NodeUsage:
     """The requests bound to each Node, kept up to date one Pod event at a time.
@@ -154,8 +182,8 @@ class NodeUsage:
 
     #: Called with a Node whose room grew (a Pod there ended, went, or moved off it).
     freed: Any = None
-    #: Called with a Node whose used requests changed (either way).
-    changed: Any = None
+    #: Where a Node whose used requests changed (either way) is noted, for placement.
+    changed: NodeChanges | None = None
 
     def observe(self, kind: str, pod: Mapping[str, Any]) -> None:
         uid = (pod.get("metadata") or {}).get("uid", "")
@@ -207,7 +235,7 @@ class NodeUsage:
         self._held[uid] = (node, wants, reserved)
         _add(self._used.setdefault(node, {}), wants)
         if self.changed is not None:
-            self.changed(node)
+            self.changed.add(node)
         if reserved:
             _add(self._reserved.setdefault(node, {}), wants)
 
@@ -218,7 +246,7 @@ class NodeUsage:
         node, wants, reserved = held
         _add(self._used[node], wants, -1)
         if self.changed is not None:
-            self.changed(node)
+            self.changed.add(node)
         if reserved:
             _add(self._reserved[node], wants, -1)
 

@@ -253,33 +253,6 @@ def _excludes(constraints: PodConstraints, needs: tuple[tuple[str, int], ...],
     return False
 
 
-class NodeChanges:
-    """The Kubernetes Nodes whose placement facts changed (the Node object, or what is bound
-    to it), in order, so that :class:`Exclusions` look again only at those. Only the newest
-    ``limit`` are kept: a memo older than that looks at every Node once."""
-
-    def __init__(self, limit: int = 4096) -> None:
-        self._names: list[str] = []
-        self._dropped = 0
-        self._limit = limit
-
-    @property
-    def position(self) -> int:
-        return self._dropped + len(self._names)
-
-    def add(self, node: str) -> None:
-        if len(self._names) >= self._limit:
-            self._dropped += len(self._names)
-            self._names = []
-        self._names.append(node)
-
-    def since(self, position: int) -> set[str] | None:
-        """The Nodes that changed after ``position`` (None: not kept that long)."""
-        if position < self._dropped:
-            return None
-        return set(self._names[position - self._dropped:])
-
-
 @dataclass
 class _Excluded:
     slurm_to_k8s: Mapping[str, str]
@@ -291,11 +264,11 @@ class _Excluded:
 class Exclusions:
     """:func:`excluded_slurm_nodes` for the kinds of Pod submitted lately (what a Pod asks of
     a Node, and its requests), each brought up to date only on the Nodes that changed since
-    (:class:`NodeChanges`). Looking at every Node at every submission cost 0.2 ms of CPU a Pod
-    at 100 Nodes, and grows with the cluster; a job's Node changes twice (its lock's taint
-    on and off) and its Pod's requests once."""
+    (:class:`sunk.plans.fit.NodeChanges`). Looking at every Node at every submission cost
+    0.2 ms of CPU a Pod at 100 Nodes, and grows with the cluster; a job's Node changes twice
+    (its lock's taint on and off) and its Pod's requests once."""
 
-    def __init__(self, changes: NodeChanges, kinds: int = 64) -> None:
+    def __init__(self, changes: fit.NodeChanges, kinds: int = 64) -> None:
         self.changes = changes
         self._kinds = kinds
         self._memo: OrderedDict[tuple[bytes, tuple[tuple[str, int], ...]], _Excluded] = (

@@ -15,7 +15,6 @@ import pytest
 from sunk import kube
 from sunk.apply.binding import scheduled_message
 from sunk.apply.executor import Executor, RetryLater
-from sunk.apply.gangs import GangExecutor
 from sunk.apply.ports import KubeAPI
 from sunk.hooks.auth import HookKeys
 from sunk.model.cluster import Cluster
@@ -249,7 +248,7 @@ async def test_a_gang_members_scheduled_event_names_its_gang_jobs_account_and_qo
     bed.cluster.job_table.jobs[50] = Job(job_id=50, name="gang:ns/job:g", state="RUNNING",
                                     extra="", nodes="slurm-[1-2]", reason="",
                                     raw={"account": "training", "qos": "gang"})
-    await GangExecutor(bed.executor).apply("gang-id", gang_record(), {"ns/p": pod()}, [
+    await bed.executor.gangs.apply("gang-id", gang_record(), {"ns/p": pod()}, [
         ("ns/p", do.Reserve("node-a")),
         ("ns/p", do.Bind("node-a", "slurm-1", 50, {f"{PREFIX}rank": "0"}))])
     assert await scheduled_event(bed) == (
@@ -283,7 +282,7 @@ async def test_a_gangs_scheduled_events_follow_every_members_binding(bed: Bed) -
     bed.kube.routes[("POST", "/api/v1/namespaces/ns/pods/")] = binding  # type: ignore[assignment]
     bed.kube.routes[("POST", "/api/v1/namespaces/ns/events")] = event
     members = {f"ns/p{i}": member(i) for i in range(4)}
-    await GangExecutor(bed.executor).apply("gang-id", gang_record(), members, [
+    await bed.executor.gangs.apply("gang-id", gang_record(), members, [
         step for key in members for step in (
             (key, do.Reserve("node-a")),
             (key, do.Bind("node-a", "slurm-1", 50, {f"{PREFIX}rank": key[-1]})))])
@@ -319,7 +318,7 @@ async def test_ignored_annotations_and_replacements_are_remembered(bed: Bed) -> 
                                                    do.Replace(33)])
     assert bed.executor.memory.told_ignored == {"aaaa-0001"}
     assert bed.executor.memory.replaced == {"aaaa-0001": {33}}
-    bed.executor.memory.forget("aaaa-0001")
+    bed.executor.forget_pod("aaaa-0001")
     assert not bed.executor.memory.told_ignored and not bed.executor.memory.replaced
     await settle(bed)
     (event,) = bed.kube.calls("POST", "/api/v1/namespaces/ns/events")
@@ -479,7 +478,7 @@ async def test_a_refit_cancels_the_job_and_remembers_it(bed: Bed) -> None:
     await bed.executor.apply_pod(pod(), record(), [do.Refit(41, "no room")])
     assert bed.slurm.calls("DELETE", "/slurm/v0.0.42/job/41") == [None]
     assert bed.executor.memory.refitted == {"aaaa-0001": {41}}
-    bed.executor.memory.forget("aaaa-0001")
+    bed.executor.forget_pod("aaaa-0001")
     assert bed.executor.memory.refitted == {}
 
 
@@ -625,7 +624,7 @@ async def submit_and_bind_gang(bed: Bed, members: dict[str, dict[str, Any]],
     gang = PodIdentity("ns", "job:g", "gang-id", NAME, tuple(f"m{i}" for i in range(len(members))))
     job = {"name": "gang:ns/job:g", "extra": job_extra(gang), "admin_comment":
            admin_comment(gang), "environment": ["PATH=/bin"]}
-    record, gangs = gang_record(), GangExecutor(bed.executor)
+    record, gangs = gang_record(), bed.executor.gangs
     await gangs.apply("gang-id", record, members, [
         (None, do.SubmitGang(gang, job, tuple((key, i) for i, key in enumerate(members))))])
     assert record.job_id == 41

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk.plans import fit
+from sunk.plans.fit import NodeChanges
 from sunk.plans.placement import (
     CORDONED,
     LOCK_TAINT,
     NO_ROOM,
     UNMAPPED,
     Exclusions,
-    NodeChanges,
     NodeInfo,
     Snapshot,
     excluded_slurm_nodes,

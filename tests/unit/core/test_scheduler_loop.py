@@ -18,9 +18,11 @@ from sunk.apply.executor import RetryLater
 from sunk.loops import orphans
 from sunk.loops.scheduler import Scheduler
 from sunk.loops.workqueue import WorkQueue
+from sunk.plans import actions as do
 from sunk.policy import PolicyStore
 from sunk.runtime import metrics
 from sunk.slurm.job import PodIdentity, admin_comment, job_extra, member_id
+from sunk.wiring import connect_scheduler
 from tests.unit.core import stand_ins
 from tests.unit.core.stand_ins import (
     JOB_ID,
@@ -68,6 +70,7 @@ class Loop:
 async def loop() -> AsyncIterator[Loop]:
     async with stand_ins.bed() as bed:
         scheduler = Scheduler(bed.cluster, bed.watch, bed.executor, policies())
+        connect_scheduler(scheduler)
         put(bed.cluster.namespace_informer, namespace())
         put(bed.cluster.node_informer, node())
         put(bed.cluster.slurmd_informer, slurmd())
@@ -260,7 +263,8 @@ async def test_a_deleted_pods_job_is_cancelled(loop: Loop) -> None:
     gone = pod(annotations=owned(41), node="node-a")
     put(bed.cluster.pod_informers[0], gone)
     bed.cluster.state.record("ns", "p", UID, 0.0)
-    bed.executor.memory.told_ignored.add(UID)
+    await bed.executor.apply_pod(gone, bed.executor.record(gone), [do.ReportIgnored("copied")])
+    assert UID in bed.executor.memory.told_ignored
     bed.add_pod(gone, "DELETED")
     assert "ns/p" not in bed.cluster.state.pods
     assert UID not in bed.executor.memory.told_ignored

@@ -19,6 +19,7 @@ from sunk.loops.lockrequest import REQUEST_TTL, LockRequest
 from sunk.loops.syncer import Syncer
 from sunk.plans.locking import LOCK_KEY, LOCK_TAINT_SPEC, LockState
 from sunk.slurm.job import PodIdentity
+from sunk.wiring import connect_syncer
 from tests.unit.core import stand_ins
 from tests.unit.core.stand_ins import (
     PREFIX,
@@ -62,6 +63,7 @@ class Sync:
 async def sync() -> AsyncIterator[Sync]:
     async with stand_ins.bed() as bed:
         made = Sync(bed, Syncer(bed.cluster, bed.executor, bed.slurm_client, bed.watch))
+        connect_syncer(made.syncer)
         put(bed.cluster.node_informer, node(taints=[OTHER_TAINT]))
         put(bed.cluster.slurmd_informer, slurmd())
         bed.any_pod(slurmd())
@@ -469,6 +471,7 @@ async def test_a_pod_placed_by_sunk_stays_and_one_claiming_to_be_is_evicted(sync
 async def test_without_the_scheduler_a_pod_is_sunks_by_its_annotations(sync: Sync) -> None:
     async with stand_ins.bed(components=["syncer"]) as bed:
         syncer = Syncer(bed.cluster, bed.executor, bed.slurm_client, bed.watch)
+        connect_syncer(syncer)
         mine = pod(node="node-a", annotations=owned(41))
         copied = pod("bbbb-0002", name="q", node="node-a", annotations=owned(41))
         assert syncer._placed_by_sunk(mine)

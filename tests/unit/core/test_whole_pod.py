@@ -12,6 +12,7 @@ import pytest
 from sunk.kube import KubeError
 from sunk.loops.scheduler import Scheduler
 from sunk.policy.loader import PolicyStore
+from sunk.wiring import connect_scheduler
 from tests.unit.core import stand_ins
 from tests.unit.core.stand_ins import (
     POLICIES,
@@ -62,6 +63,7 @@ async def bed(tmp_path: Path) -> AsyncIterator[tuple[Bed, Scheduler]]:
         put(made.cluster.slurmd_informer, slurmd())
         made.slurm.routes[("POST", SUBMIT)] = answer(200, {"job_id": 41})
         scheduler = Scheduler(made.cluster, made.watch, made.executor, store)
+        connect_scheduler(scheduler)
         yield made, scheduler
         scheduler.queue.close()
 

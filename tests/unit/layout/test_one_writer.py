@@ -1,9 +1,12 @@
-"""The job table has one writer, the Slurm poller (:mod:`sunk.model.jobtable`).
+"""Facts with one writer: the job table (the Slurm poller, :mod:`sunk.model.jobtable`) and
+what the executor remembers of Pods (:mod:`sunk.model.podmemory`).
 
-Everyone else reads it through ``Cluster.jobs``, typed as the read-only
-:class:`sunk.model.jobtable.JobsView`: mypy refuses a write through it (shown here by running
-mypy on a small snippet). The writable table (``Cluster.job_table``, the poller's ``_jobs``) is
-named only by the cluster model and the poller (shown here by reading the product's code)."""
+Everyone else reads them through read-only views, ``Cluster.jobs``
+(:class:`sunk.model.jobtable.JobsView`) and ``Executor.memory``
+(:class:`sunk.model.podmemory.PodMemoryView`): mypy refuses a write through either (shown here
+by running mypy on a small snippet). The writable table (``Cluster.job_table``, the poller's
+``_jobs``) is named only by the cluster model and the poller (shown here by reading the
+product's code)."""
 
 from __future__ import annotations
 
@@ -20,8 +23,27 @@ ROOT = Path(__file__).resolve().parents[3]
 #: through the writable table, as the poller does): mypy must refuse every line of the one and
 #: none of the other.
 SNIPPET = '''\
+from sunk.apply.executor import Executor
 from sunk.model.cluster import Cluster
 from sunk.slurm.job import Job
+
+
+def read_memory(executor: Executor) -> None:
+    executor.memory.replaced.get("uid")
+    executor.memory.refitted.get("uid", set())
+    executor.forget_pod("uid")
+    executor.forget_gang("gang")
+
+
+def write_memory(executor: Executor) -> None:
+    executor.memory.replaced["uid"] = {1}
+    executor.memory.told_ignored.add("uid")
+    executor.memory.forget("uid")
+    executor.memory.refitted.setdefault("uid", set())
+    executor.memory.uncertain_submits.pop("uid")
+    executor.memory.told_not_counted.clear()
+    executor.memory.withdrawn["gang"].add(1)
+    executor.memory = executor.memory
 
 
 def read(cluster: Cluster, job: Job) -> None:
@@ -66,7 +88,7 @@ ignore_missing_imports = True
 WRITERS = {"sunk/model/jobtable.py", "sunk/model/cluster.py", "sunk/model/slurmwatch.py"}
 
 
-def test_mypy_refuses_every_write_through_the_clusters_job_table(tmp_path: Path) -> None:
+def test_mypy_refuses_every_write_through_a_read_only_view(tmp_path: Path) -> None:
     (tmp_path / "snippet.py").write_text(SNIPPET)
     (tmp_path / "mypy.ini").write_text(CONFIG)
     result = subprocess.run(
@@ -79,6 +101,9 @@ def test_mypy_refuses_every_write_through_the_clusters_job_table(tmp_path: Path)
     lines = SNIPPET.splitlines()
     start = lines.index("def write(cluster: Cluster, job: Job) -> None:") + 2
     writes = set(range(start, len(lines) + 1))
+    start = lines.index("def write_memory(executor: Executor) -> None:") + 2
+    end = lines.index("def read(cluster: Cluster, job: Job) -> None:") - 1  # 2 blank lines
+    writes |= set(range(start, end))
     assert result.returncode == 1, result.stdout + result.stderr
     assert refused == writes, result.stdout
 
