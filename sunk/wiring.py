@@ -107,7 +107,7 @@ def connect_scheduler(scheduler: Scheduler) -> None:
     outage."""
     cluster, watch = scheduler.cluster, scheduler.watch
     cluster.pod_handlers.append(scheduler.on_pod)
-    cluster.gang_handlers.append(scheduler.queue.add)
+    cluster.gang_handlers.append(scheduler.gang_changed)
     cluster.usage.freed = scheduler.room_freed
     watch.wake, watch.stuck = scheduler.wake, scheduler.job_stuck
     cluster.health.on_slurm_back.append(scheduler.slurm_back)

@@ -19,6 +19,7 @@ from sunk.model.state import GangMember, GangRecord
 from sunk.plans import actions as do
 from sunk.plans import gang, gangplan, podplan
 from sunk.plans.decide import JobView
+from sunk.plans.keys import GangKey
 from sunk.plans.translate import TranslateSettings
 from sunk.policy.loader import PolicyStore
 from sunk.runtime import metrics
@@ -31,7 +32,7 @@ log = logging.getLogger("sunk.gangs")
 class GangReconciler:
     def __init__(self, cluster: Cluster, executor: Executor, policies: PolicyStore,
                  translate_settings: TranslateSettings, *,
-                 recheck: Callable[[str, float], None]) -> None:
+                 recheck: Callable[[GangKey, float], None]) -> None:
         self.cluster = cluster
         self.executor = executor
         self.policies = policies
@@ -43,10 +44,11 @@ class GangReconciler:
     def claim(self, pod: kube.Obj) -> gang.Claim | None:
         return gang.claim(pod, self.prefix, self.cluster.gang_owners())
 
-    async def reconcile(self, key: str, *, first_try: bool) -> None:
-        namespace, name = key.split("/", 1)
+    async def reconcile(self, key: GangKey, *, first_try: bool) -> None:
+        namespace, name = key.namespace, key.name
         owners = self.cluster.gang_owners()
-        pods = [(p, gang.claim(p, self.prefix, owners)) for p in self.cluster.gang_pods(key)]
+        pods = [(p, gang.claim(p, self.prefix, owners))
+                for p in self.cluster.gang_pods(str(key))]
         claimed = [(p, c) for p, c in pods if c is not None]
         live = [(p, c) for p, c in claimed if _live(p)]
         found = gang.assemble(namespace, name, live, max_size=self.settings.gang_max_size)

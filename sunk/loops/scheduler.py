@@ -36,6 +36,7 @@ from sunk.model.state import PodRecord
 from sunk.plans import actions as do
 from sunk.plans import ownership, podplan
 from sunk.plans.decide import ENDED_PHASES, JobView, waiting
+from sunk.plans.keys import GangKey, PodKey, QueueKey, ReleaseJob
 from sunk.plans.translate import TranslateSettings
 from sunk.policy.loader import PolicyStore
 from sunk.runtime import metrics
@@ -64,7 +65,8 @@ class Scheduler:
         self.executor = executor
         self.policies = policies
         self.settings = settings = cluster.settings
-        self.queue = WorkQueue(observe_wait=metrics.child(metrics.QUEUE_WAIT, "pods").observe)
+        self.queue: WorkQueue[QueueKey] = WorkQueue(
+            observe_wait=metrics.child(metrics.QUEUE_WAIT, "pods").observe)
         self.owned = ownership.Keys.with_prefix(settings.annotation_prefix)
         self.pod_facts = PodFactReader(cluster, watch, executor, self.owned)
         self.translate_settings = TranslateSettings(
@@ -74,7 +76,7 @@ class Scheduler:
         self.gangs = GangReconciler(cluster, executor, policies, self.translate_settings,
                                     recheck=self.queue.add_after)
         #: Pods waiting for room on some Node: woken when a Pod leaves a Node.
-        self._waiting_for_room: set[str] = set()
+        self._waiting_for_room: set[QueueKey] = set()
         #: Pod key -> what its last successful reconcile left (:class:`Settled`). A watch
         #: event that shows the Pod so is the echo of its writes, or a change no reconcile
         #: reads (kwok's container statuses, a running phase); a job's change between two
@@ -82,7 +84,7 @@ class Scheduler:
         #: only brings the Pod's dashboard line up to date: about half the looks a Pod took.
         #: Dropped when a reconcile of the Pod starts, fails or finds it gone (a Pod not
         #: settled is always looked at).
-        self._settled: dict[str, Settled] = {}
+        self._settled: dict[PodKey, Settled] = {}
 
     # -- running -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -111,19 +113,26 @@ class Scheduler:
     def wake(self, who: PodIdentity) -> None:
         """Reconcile the Pod a job of ours is for, unless the job only went from one waiting
         state to another since the Pod was settled: then only its dashboard line changes."""
-        key = who.key
+        if who.gang:
+            self.queue.add(GangKey(who.namespace, who.name))
+            return
+        key = PodKey(who.namespace, who.name)
         settled = self._settled.get(key)
         if settled is not None and settled.job_waiting and settled.pod[0] == who.uid:
             job_id, job = self.pod_facts.job_cached(who.uid)
             if job_id == settled.job_id and job is not None and waiting(job) and (
-                    record := self.cluster.state.pods.get(key)) is not None:
+                    record := self.cluster.state.pods.get(str(key))) is not None:
                 self._show_job(record, job)
                 return
         self.queue.add(key)
 
+    def gang_changed(self, key: str) -> None:
+        """A gang's batch Job or PodGroup changed (``namespace/source:name``)."""
+        self.queue.add(GangKey.parse(key))
+
     def _requeue_all(self) -> None:
         for pod in self.cluster.pods():
-            self.queue.add(kube.key(pod))
+            self.queue.add(PodKey.of(pod))
 
     def slurm_back(self) -> None:
         if self.cluster.ready.is_set() and self.cluster.scheduling:
@@ -150,7 +159,8 @@ class Scheduler:
     async def _work(self) -> None:
         while True:
             key = await self.queue.get()
-            self._settled.pop(key, None)  # an event while it runs is never taken for an echo
+            if isinstance(key, PodKey):  # an event while it runs is never taken for an echo
+                self._settled.pop(key, None)
             try:
                 await self.reconcile(key)
             except Exception as exc:  # a bug or an outage must not stop the worker
@@ -159,7 +169,8 @@ class Scheduler:
                 metrics.RECONCILE_ERRORS.inc()
                 delay = self.queue.failed(key)
                 ours = not isinstance(exc, SlurmError | kube.KubeError | RetryLater)
-                log.warning("pod %s: %s (retrying in %.1fs)", key, exc, delay, exc_info=ours)
+                log.warning("%s %s: %s (retrying in %.1fs)", _kind(key), key, exc, delay,
+                            exc_info=ours)
                 if ours:
                     self._internal_error(key, exc, delay)
                 self.queue.add_after(key, delay)
@@ -168,13 +179,14 @@ class Scheduler:
             finally:
                 self.queue.done(key)
 
-    def _internal_error(self, key: str, exc: Exception, delay: float) -> None:
+    def _internal_error(self, key: QueueKey, exc: Exception, delay: float) -> None:
         """A fault of sunk's while handling a Pod: counted, and told to the Pod (on the 1st,
         2nd, 4th, 8th ... failure in a row) as ours, not the Pod's: it is retried, never
         rejected."""
         metrics.INTERNAL_ERRORS.inc()
         failures = self.queue.failures(key)
-        pod = self.cluster.pod(key) if "#" not in key else None  # a deleted Pod's: none to tell
+        # a deleted Pod's job: no Pod to tell; a gang's: told on its members by its reconcile
+        pod = self.cluster.pod(str(key)) if isinstance(key, PodKey) else None
         if pod is None or failures & (failures - 1):
             return
         self.executor.pod_event(
@@ -191,20 +203,20 @@ class Scheduler:
             self.queue.add(key)
 
     def on_pod(self, kind: str, pod: kube.Obj) -> None:
-        key = kube.key(pod)
+        key = PodKey.of(pod)
         if (gang_key := self.cluster.gang_of(pod)) is not None:
-            self.queue.add(gang_key)  # a member changed: its gang looks again
+            self.queue.add(GangKey.parse(gang_key))  # a member changed: its gang looks again
         if kind == "DELETED":
             uid = pod["metadata"].get("uid", "")
             self.executor.forget_pod(uid)
             self._settled.pop(key, None)
             # The Pod object is gone: release its job now (reconcile no longer sees the Pod).
             if (job_id := self.cluster.jobs.by_uid.get(uid)) is not None:
-                self.queue.add(f"{key}#{uid}#{job_id}")
+                self.queue.add(ReleaseJob(key, uid, job_id))
             return
         if gang_key is None and (settled := self._settled.get(key)) is not None and (
                 settled.pod == self._as_reconciled(pod)) and (
-                record := self.cluster.state.pods.get(key)) is not None:
+                record := self.cluster.state.pods.get(str(key))) is not None:
             _show_pod(record, pod)
             return
         self.queue.add(key)
@@ -223,23 +235,28 @@ class Scheduler:
                 *(written[k] if k in written else annotations.get(k) for k in self.owned.all))
 
     # -- the reconcile: facts, plan, apply -------------------------------------------------------
-    async def reconcile(self, key: str) -> None:
-        if ":" in key.split("/", 1)[-1] and "#" not in key:  # a gang (sunk.plans.gang)
-            await self.gangs.reconcile(key, first_try=self.queue.failures(key) == 0)
-            return
-        if "#" in key:  # a deleted Pod's job: "ns/name#uid#job"
-            _, uid, job_id = key.split("#")
-            job = await self.pod_facts.job_view(int(job_id), uid)
-            actions = podplan.plan_deleted(int(job_id), job)
-            for action in actions:
-                await self.executor.cancel(action.job_id, key.split("#")[0], action.why)
-            return
-        pod = self.cluster.pod(key)
+    async def reconcile(self, key: QueueKey) -> None:
+        match key:
+            case GangKey():
+                await self.gangs.reconcile(key, first_try=self.queue.failures(key) == 0)
+            case ReleaseJob(pod, uid, job_id):
+                await self._release(pod, uid, job_id)
+            case PodKey():
+                await self._reconcile_pod(key)
+
+    async def _release(self, pod: PodKey, uid: str, job_id: int) -> None:
+        """The job of a Pod whose object is gone: cancelled unless it ended."""
+        job = await self.pod_facts.job_view(job_id, uid)
+        for action in podplan.plan_deleted(job_id, job):
+            await self.executor.cancel(action.job_id, str(pod), action.why)
+
+    async def _reconcile_pod(self, key: PodKey) -> None:
+        pod = self.cluster.pod(str(key))
         if pod is None:
             return
         gang_key = self.cluster.gang_of(pod)
         if gang_key is not None and self.gangs.claim(pod) is not None:
-            self.queue.add(gang_key)  # a gang's member: its gang decides
+            self.queue.add(GangKey.parse(gang_key))  # a gang's member: its gang decides
             return
         facts = await self.pod_facts.gather(pod)
         record = self._record(pod, facts)
@@ -295,3 +312,8 @@ def _show_pod(rec: PodRecord, pod: kube.Obj) -> None:
     rec.phase = ("Terminating" if (pod.get("metadata") or {}).get("deletionTimestamp")
                  else (pod.get("status") or {}).get("phase", "Pending"))
     rec.k8s_node = (pod.get("spec") or {}).get("nodeName") or ""
+
+
+def _kind(key: QueueKey) -> str:
+    """What a queue key names, for the log."""
+    return {PodKey: "pod", GangKey: "gang", ReleaseJob: "job of deleted pod"}[type(key)]

@@ -46,7 +46,8 @@ class Syncer:
         self.watch = watch
         self.settings = settings = cluster.settings
         self.requests: dict[str, LockRequest] = {}
-        self.queue = WorkQueue(observe_wait=metrics.child(metrics.QUEUE_WAIT, "nodes").observe)
+        self.queue: WorkQueue[str] = WorkQueue(
+            observe_wait=metrics.child(metrics.QUEUE_WAIT, "nodes").observe)
         self._changed: dict[str, asyncio.Event] = {}
         #: Slurm node -> when its last reconcile began (a prolog waits for one after its call).
         self._looked_at: dict[str, float] = {}

@@ -7,33 +7,36 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 
-class WorkQueue:
+class WorkQueue(Generic[K]):
     def __init__(self, *, base_delay: float = 0.5, max_delay: float = 60.0,
                  observe_wait: Callable[[float], None] | None = None) -> None:
-        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._queue: asyncio.Queue[K] = asyncio.Queue()
         #: Each queued key -> when it was queued (monotonic).
-        self._queued: dict[str, float] = {}
+        self._queued: dict[K, float] = {}
         self._observe_wait = observe_wait
-        self._active: set[str] = set()
-        self._dirty: set[str] = set()
-        self._failures: dict[str, int] = {}
+        self._active: set[K] = set()
+        self._dirty: set[K] = set()
+        self._failures: dict[K, int] = {}
         self._timers: set[asyncio.TimerHandle] = set()
         self._base, self._max = base_delay, max_delay
 
     def __len__(self) -> int:
         return len(self._queued)
 
-    def add(self, key: str) -> None:
+    def add(self, key: K) -> None:
         if key in self._active:
             self._dirty.add(key)
         elif key not in self._queued:
             self._queued[key] = time.monotonic()
             self._queue.put_nowait(key)
 
-    def add_after(self, key: str, delay: float) -> None:
+    def add_after(self, key: K, delay: float) -> None:
         loop = asyncio.get_running_loop()
         handle: asyncio.TimerHandle
 
@@ -44,7 +47,7 @@ class WorkQueue:
         handle = loop.call_later(delay, fire)
         self._timers.add(handle)
 
-    async def get(self) -> str:
+    async def get(self) -> K:
         key = await self._queue.get()
         queued_at = self._queued.pop(key)
         if self._observe_wait is not None:
@@ -52,22 +55,22 @@ class WorkQueue:
         self._active.add(key)
         return key
 
-    def done(self, key: str) -> None:
+    def done(self, key: K) -> None:
         self._active.discard(key)
         if key in self._dirty:
             self._dirty.discard(key)
             self.add(key)
 
-    def failed(self, key: str) -> float:
+    def failed(self, key: K) -> float:
         """Count a failure of ``key``; return how long to wait before the next try."""
         n = self._failures.get(key, 0)
         self._failures[key] = n + 1
         return float(min(self._max, self._base * 2**n))
 
-    def failures(self, key: str) -> int:
+    def failures(self, key: K) -> int:
         return self._failures.get(key, 0)
 
-    def forget(self, key: str) -> None:
+    def forget(self, key: K) -> None:
         self._failures.pop(key, None)
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from sunk import kube
 from sunk.plans import gang
+from sunk.plans.keys import GangKey
 from sunk.slurm.job import PodIdentity, member_id
 
 
@@ -48,7 +49,7 @@ class GangIndex:
     def gang_of(self, pod: kube.Obj) -> str | None:
         """The key of the gang ``pod`` may belong to (whether it is one is for its claim)."""
         name = gang.gang_name(pod, self.annotation_prefix)
-        return None if name is None else f"{pod['metadata']['namespace']}/{name}"
+        return None if name is None else str(GangKey(pod["metadata"]["namespace"], name))
 
     def pods(self, key: str) -> list[kube.Obj]:
         """The Pods naming this scheduler that may belong to the gang ``key``."""
@@ -81,6 +82,6 @@ class GangIndex:
 
     def _on_owner(self, source: str, obj: kube.Obj) -> None:
         meta = obj.get("metadata") or {}
-        key = f"{meta.get('namespace')}/{source}:{meta.get('name')}"
+        key = str(GangKey(str(meta.get("namespace")), f"{source}:{meta.get('name')}"))
         for handler in self.handlers:
             handler(key)

@@ -19,6 +19,7 @@ from sunk.loops import orphans
 from sunk.loops.scheduler import Scheduler
 from sunk.loops.workqueue import WorkQueue
 from sunk.plans import actions as do
+from sunk.plans.keys import GangKey, PodKey, QueueKey, ReleaseJob
 from sunk.policy import PolicyStore
 from sunk.runtime import metrics
 from sunk.slurm.job import PodIdentity, admin_comment, job_extra, member_id
@@ -89,7 +90,7 @@ async def test_a_new_pod_gets_a_job_and_its_id_written(loop: Loop) -> None:
     bed, scheduler = loop.bed, loop.scheduler
     bed.add_pod(pod())
     assert len(scheduler.queue) == 1, "the Pod handler queued it"
-    await scheduler.reconcile("ns/p")
+    await scheduler.reconcile(PodKey("ns", "p"))
     (sent,) = bed.slurm.calls("POST", SUBMIT)
     job_desc = sent["job"]
     assert job_desc["extra"] == job_extra(who())
@@ -108,7 +109,7 @@ async def test_a_new_pod_gets_a_job_and_its_id_written(loop: Loop) -> None:
     record = bed.cluster.state.pods["ns/p"]
     assert record.job_description is not None and record.phase == "Pending"
 
-    await scheduler.reconcile("ns/p")  # the watch has not shown the annotation yet
+    await scheduler.reconcile(PodKey("ns", "p"))  # the watch has not shown the annotation yet
     assert len(bed.slurm.calls("POST", SUBMIT)) == 1, "submitted once"
     assert len(bed.kube.calls("PATCH")) == 1, "written once"
     assert bed.cluster.state.pods["ns/p"].job_id == 41
@@ -120,7 +121,7 @@ async def test_a_slurm_node_on_a_tainted_node_is_excluded(loop: Loop) -> None:
         {"key": "gpu", "value": "broken", "effect": "NoSchedule"}]))
     put(bed.cluster.slurmd_informer, slurmd("slurm-2", "node-b"))
     put(bed.cluster.pod_informers[0], pod())
-    await loop.scheduler.reconcile("ns/p")
+    await loop.scheduler.reconcile(PodKey("ns", "p"))
     (sent,) = bed.slurm.calls("POST", SUBMIT)
     assert sent["job"]["excluded_nodes"] == ["slurm-2"]
 
@@ -138,7 +139,7 @@ async def test_a_nodes_taint_and_its_bound_pods_reach_the_next_submissions_exclu
 
     async def excluded_for(name: str, uid: str) -> list[str]:
         put(bed.cluster.pod_informers[0], pod(uid, name=name))
-        await scheduler.reconcile(f"ns/{name}")
+        await scheduler.reconcile(PodKey("ns", name))
         return list(bed.slurm.calls("POST", SUBMIT)[-1]["job"].get("excluded_nodes", []))
 
     assert await excluded_for("p1", "aaaa-0001") == []
@@ -161,7 +162,7 @@ async def test_a_pod_whose_namespace_is_not_cached_waits(loop: Loop) -> None:
     drop(bed.cluster.namespace_informer, namespace())
     put(bed.cluster.pod_informers[0], pod())
     with pytest.raises(RetryLater, match="namespace ns not seen yet"):
-        await loop.scheduler.reconcile("ns/p")
+        await loop.scheduler.reconcile(PodKey("ns", "p"))
     assert bed.slurm.seen == [] and bed.kube.seen == []
 
 
@@ -177,7 +178,7 @@ async def test_a_reconcile_plans_once_and_applies_one_plan(loop: Loop) -> None:
 
     bed.executor.apply_pod = recorded  # type: ignore[method-assign]
     put(bed.cluster.pod_informers[0], pod(annotations={JOB_ID: "7", POD_UID: "someone-else"}))
-    await loop.scheduler.reconcile("ns/p")
+    await loop.scheduler.reconcile(PodKey("ns", "p"))
     assert applied == [["ReportIgnored", "Submit"]]
     assert len(bed.slurm.calls("POST", SUBMIT)) == 1
 
@@ -185,7 +186,7 @@ async def test_a_reconcile_plans_once_and_applies_one_plan(loop: Loop) -> None:
 async def test_a_pod_the_policies_refuse_is_rejected_not_submitted(loop: Loop) -> None:
     bed = loop.bed
     put(bed.cluster.pod_informers[0], pod(requests={}))
-    await loop.scheduler.reconcile("ns/p")
+    await loop.scheduler.reconcile(PodKey("ns", "p"))
     assert bed.slurm.calls("POST", SUBMIT) == []
     (patch,) = bed.kube.calls("PATCH", POD_PATH)
     assert patch["metadata"]["annotations"] == {
@@ -196,7 +197,7 @@ async def test_a_pod_the_policies_refuse_is_rejected_not_submitted(loop: Loop) -
 
 
 async def test_a_pod_gone_from_the_cache_is_nothing_to_do(loop: Loop) -> None:
-    await loop.scheduler.reconcile("ns/gone")
+    await loop.scheduler.reconcile(PodKey("ns", "gone"))
     assert loop.bed.slurm.seen == [] and loop.bed.kube.seen == []
 
 
@@ -206,7 +207,7 @@ async def test_a_started_job_binds_the_pod_to_the_node_of_its_slurmd_pod(loop: L
     bed = loop.bed
     bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))
-    await loop.scheduler.reconcile("ns/p")
+    await loop.scheduler.reconcile(PodKey("ns", "p"))
     (binding,) = bed.kube.calls("POST", f"{POD_PATH}/binding")
     assert binding["metadata"]["uid"] == UID
     assert binding["target"] == {"apiVersion": "v1", "kind": "Node", "name": "node-a"}
@@ -214,7 +215,7 @@ async def test_a_started_job_binds_the_pod_to_the_node_of_its_slurmd_pod(loop: L
     record = bed.cluster.state.pods["ns/p"]
     assert (record.k8s_node, record.slurm_node, record.job_state) == (
         "node-a", "slurm-1", "RUNNING")
-    await loop.scheduler.reconcile("ns/p")
+    await loop.scheduler.reconcile(PodKey("ns", "p"))
     assert len(bed.kube.calls("POST", f"{POD_PATH}/binding")) == 1, "bound once (assumed)"
     await bed.settle()
     assert reasons(bed) == ["Scheduled"]
@@ -226,7 +227,7 @@ async def test_a_job_not_started_yet_leaves_the_pod_waiting(loop: Loop, state: s
     bed.cluster.job_table.learn(job(41, state=state, nodes="slurm-1",
                                     reason="Priority" if state == "PENDING" else ""))
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))
-    await loop.scheduler.reconcile("ns/p")
+    await loop.scheduler.reconcile(PodKey("ns", "p"))
     assert bed.kube.seen == [] and bed.slurm.seen == []
     record = bed.cluster.state.pods["ns/p"]
     assert record.job_state == state and record.job_id == 41
@@ -239,7 +240,7 @@ async def test_a_job_on_a_slurm_node_without_slurmd_pod_waits_and_says_so(loop: 
     bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-9", started=True))
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))
     with pytest.raises(RetryLater, match="slurm-9"):
-        await loop.scheduler.reconcile("ns/p")
+        await loop.scheduler.reconcile(PodKey("ns", "p"))
     assert bed.kube.calls("POST", f"{POD_PATH}/binding") == []
     await bed.settle()
     assert reasons(bed) == ["NoNodeForSlurmNode"]
@@ -250,7 +251,7 @@ async def test_a_proven_job_missing_from_the_annotations_is_written_then_bound(
     bed = loop.bed
     bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
     put(bed.cluster.pod_informers[0], pod())  # killed between submitting and annotating
-    await loop.scheduler.reconcile("ns/p")
+    await loop.scheduler.reconcile(PodKey("ns", "p"))
     (patch,) = bed.kube.calls("PATCH", POD_PATH)
     assert patch["metadata"]["annotations"] == {JOB_ID: "41", POD_UID: UID, REJECTED: None}
     assert len(bed.kube.calls("POST", f"{POD_PATH}/binding")) == 1
@@ -270,7 +271,7 @@ async def test_a_deleted_pods_job_is_cancelled(loop: Loop) -> None:
     assert UID not in bed.executor.memory.told_ignored
     assert len(scheduler.queue) == 1
     key = await scheduler.queue.get()
-    assert key == f"ns/p#{UID}#41"
+    assert key == ReleaseJob(PodKey("ns", "p"), UID, 41)
     await scheduler.reconcile(key)
     assert bed.slurm.paths() == [f"{SLURM}/job/41"]
     assert bed.slurm.seen[0][0] == "DELETE"
@@ -294,7 +295,7 @@ async def test_a_pod_being_deleted_releases_its_job(loop: Loop) -> None:
     bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1", started=True))
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41), node="node-a",
                                           deletionTimestamp="2025-01-01T00:01:00Z"))
-    await loop.scheduler.reconcile("ns/p")
+    await loop.scheduler.reconcile(PodKey("ns", "p"))
     assert [(m, p) for m, p, _ in bed.slurm.seen] == [("DELETE", f"{SLURM}/job/41")]
     assert bed.cluster.state.pods["ns/p"].phase == "Terminating"
 
@@ -305,7 +306,7 @@ async def test_a_bound_pod_whose_job_ended_is_deleted(loop: Loop, purged: bool) 
     if not purged:
         bed.cluster.job_table.learn(job(41, state="COMPLETED", nodes="slurm-1", started=True))
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41), node="node-a"))
-    await loop.scheduler.reconcile("ns/p")
+    await loop.scheduler.reconcile(PodKey("ns", "p"))
     (delete,) = bed.kube.calls("DELETE", POD_PATH)
     assert delete["preconditions"] == {"uid": UID}
     if purged:  # Slurm was asked, and has no such job
@@ -326,7 +327,7 @@ async def test_a_copied_job_id_is_ignored_and_the_pod_scheduled_from_scratch(
     bed.cluster.job_table.learn(job(41, other, state="RUNNING", nodes="slurm-1", started=True))
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41, uid="bbbb-0002")))
     bed.slurm.routes[("POST", SUBMIT)] = answer(200, {"job_id": 42})
-    await loop.scheduler.reconcile("ns/p")
+    await loop.scheduler.reconcile(PodKey("ns", "p"))
     assert bed.kube.calls("POST", f"{POD_PATH}/binding") == [], "never bound on another's job"
     assert bed.slurm.paths("DELETE") == [], "never cancels another Pod's job"
     (sent,) = bed.slurm.calls("POST", SUBMIT)
@@ -335,7 +336,7 @@ async def test_a_copied_job_id_is_ignored_and_the_pod_scheduled_from_scratch(
     (patch,) = bed.kube.calls("PATCH", POD_PATH)
     assert patch["metadata"]["annotations"] == {JOB_ID: "42", POD_UID: UID, REJECTED: None}
     assert bed.executor.memory.told_ignored == {UID}
-    await loop.scheduler.reconcile("ns/p")
+    await loop.scheduler.reconcile(PodKey("ns", "p"))
     await bed.settle()
     assert reasons(bed) == ["IgnoredAnnotations"], "told once"
     assert "copied from another Pod" in bed.events()[0]["message"]
@@ -352,7 +353,7 @@ async def test_a_job_id_slurm_gave_to_another_pod_is_a_lost_job_and_a_new_one_is
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))  # written for this Pod
     bed.kube.routes[("GET", POD_PATH)] = answer(200, pod(annotations=owned(41)))
     bed.slurm.routes[("POST", SUBMIT)] = answer(200, {"job_id": 42})
-    await loop.scheduler.reconcile("ns/p")
+    await loop.scheduler.reconcile(PodKey("ns", "p"))
     assert bed.slurm.paths("GET") == [f"{SLURM}/job/41"]
     assert len(bed.kube.calls("GET", POD_PATH)) == 1, "had a job: read whole for the policies"
     assert bed.cluster.jobs.owner(41) == other, "what was read is learned"
@@ -374,7 +375,7 @@ async def test_a_bound_pod_whose_job_id_slurm_gave_to_another_pod_is_deleted(
     bed.cluster.job_table.learn(job(41, other, state="RUNNING", nodes="slurm-1", started=True))
     assert bed.cluster.jobs.by_uid == {"bbbb-0002": 41}
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41), node="node-a"))
-    await loop.scheduler.reconcile("ns/p")
+    await loop.scheduler.reconcile(PodKey("ns", "p"))
     (delete,) = bed.kube.calls("DELETE", POD_PATH)
     assert delete["preconditions"] == {"uid": UID}
     assert bed.slurm.paths("DELETE") == [] and bed.slurm.calls("POST", SUBMIT) == []
@@ -389,7 +390,7 @@ async def test_a_job_id_slurm_ties_to_the_pod_is_learned_and_followed(loop: Loop
     bed = loop.bed
     bed.slurm.jobs[41] = raw_job(41, state="RUNNING", nodes="slurm-1", started=True)
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))
-    await loop.scheduler.reconcile("ns/p")
+    await loop.scheduler.reconcile(PodKey("ns", "p"))
     assert bed.cluster.jobs.by_uid == {UID: 41}
     assert bed.slurm.calls("POST", SUBMIT) == []
     assert len(bed.kube.calls("POST", f"{POD_PATH}/binding")) == 1
@@ -401,7 +402,7 @@ async def test_a_lost_job_of_a_pod_not_bound_is_replaced(loop: Loop) -> None:
     whole = pod(annotations={**owned(41), f"{PREFIX}comment": "read whole"})
     bed.kube.routes[("GET", POD_PATH)] = answer(200, whole)
     bed.slurm.routes[("POST", SUBMIT)] = answer(200, {"job_id": 42})
-    await loop.scheduler.reconcile("ns/p")
+    await loop.scheduler.reconcile(PodKey("ns", "p"))
     (sent,) = bed.slurm.calls("POST", SUBMIT)
     assert sent["job"]["comment"] == "read whole", "policies map the Pod the API server has"
     assert bed.executor.memory.replaced == {UID: {41}}
@@ -418,11 +419,11 @@ async def test_the_worker_backs_off_a_pod_that_must_wait_then_forgets_its_failur
     put(bed.cluster.pod_informers[0], pod())
     worker = asyncio.create_task(scheduler._work())
     try:
-        scheduler.queue.add("ns/p")
-        await until(lambda: scheduler.queue.failures("ns/p") == 1)
+        scheduler.queue.add(PodKey("ns", "p"))
+        await until(lambda: scheduler.queue.failures(PodKey("ns", "p")) == 1)
         assert bed.slurm.seen == []
         put(bed.cluster.namespace_informer, namespace())  # retried after 0.5 s
-        await until(lambda: scheduler.queue.failures("ns/p") == 0)
+        await until(lambda: scheduler.queue.failures(PodKey("ns", "p")) == 0)
         assert len(bed.slurm.calls("POST", SUBMIT)) == 1
     finally:
         await stop(worker)
@@ -494,7 +495,8 @@ async def test_the_api_server_back_requeues_every_pod(loop: Loop) -> None:
 async def test_wake_queues_the_pod_of_a_job(loop: Loop) -> None:
     loop.scheduler.wake(who())
     loop.bed.watch.wake(who("bbbb-0002", name="q"))  # the poller wakes through the scheduler
-    assert [await loop.scheduler.queue.get() for _ in range(2)] == ["ns/p", "ns/q"]
+    assert [await loop.scheduler.queue.get() for _ in range(2)] == [
+        PodKey("ns", "p"), PodKey("ns", "q")]
 
 
 async def test_a_pod_waiting_for_room_looks_again_as_soon_as_a_pod_leaves_a_node(
@@ -506,10 +508,10 @@ async def test_a_pod_waiting_for_room_looks_again_as_soon_as_a_pod_leaves_a_node
     scheduler.queue = WorkQueue(base_delay=60)  # a retry would come far too late for the test
     worker = asyncio.create_task(scheduler._work())
     try:
-        scheduler.queue.add("ns/p")
-        await until(lambda: scheduler.queue.failures("ns/p") == 1)
+        scheduler.queue.add(PodKey("ns", "p"))
+        await until(lambda: scheduler.queue.failures(PodKey("ns", "p")) == 1)
         assert bed.slurm.calls("POST", SUBMIT) == [], "no job while no Node has room"
-        assert scheduler._waiting_for_room == {"ns/p"}
+        assert scheduler._waiting_for_room == {PodKey("ns", "p")}
         bed.cluster._on_any_pod("DELETED", hog)  # long before the backoff would end
         await until(lambda: len(bed.slurm.calls("POST", SUBMIT)) == 1)
         assert scheduler._waiting_for_room == set()
@@ -533,8 +535,8 @@ async def test_a_translation_that_raises_is_sunks_fault_told_and_retried_never_a
     before = metrics.INTERNAL_ERRORS._value.get()
     worker = asyncio.create_task(scheduler._work())
     try:
-        scheduler.queue.add("ns/p")
-        await until(lambda: scheduler.queue.failures("ns/p") >= 4)
+        scheduler.queue.add(PodKey("ns", "p"))
+        await until(lambda: scheduler.queue.failures(PodKey("ns", "p")) >= 4)
     finally:
         await stop(worker)
     await bed.settle()
@@ -567,7 +569,7 @@ async def test_pods_slurm_does_not_count_are_named_where_a_binding_is_refused(
     for job_id in (41, 42):  # the next job Slurm runs there: told again only if Pods change
         bed.cluster.job_table.learn(job(job_id, state="RUNNING", nodes="slurm-1", started=True))
         bed.slurm.routes[("POST", SUBMIT)] = answer(200, {"job_id": job_id + 1})
-        await loop.scheduler.reconcile("ns/p")
+        await loop.scheduler.reconcile(PodKey("ns", "p"))
         await bed.settle()
     assert bed.kube.calls("POST", f"{POD_PATH}/binding") == []
     assert bed.slurm.paths("DELETE") == [f"{SLURM}/job/41", f"{SLURM}/job/42"]
@@ -586,8 +588,8 @@ def counted(scheduler: Scheduler, gate: asyncio.Event | None = None) -> list[str
     seen: list[str] = []
     reconcile = scheduler.reconcile
 
-    async def counting(key: str) -> None:
-        seen.append(key)
+    async def counting(key: QueueKey) -> None:
+        seen.append(str(key))
         if gate is not None:
             await gate.wait()
         await reconcile(key)
@@ -718,7 +720,7 @@ async def test_a_failed_reconcile_leaves_the_next_event_to_be_reconciled(loop: L
     bed.slurm.routes[("POST", SUBMIT)] = answer(500, {"errors": [{"error": "down"}]})
     async with working(scheduler) as seen:
         bed.add_pod(pod())
-        await until(lambda: scheduler.queue.failures("ns/p") == 1)
+        await until(lambda: scheduler.queue.failures(PodKey("ns", "p")) == 1)
         await quiet(scheduler)
         bed.add_pod(pod(resourceVersion="11"), "MODIFIED")  # the same Pod, as it was
         await quiet(scheduler)
@@ -783,7 +785,7 @@ async def test_a_job_change_of_a_pod_not_settled_is_reconciled(loop: Loop) -> No
     bed.slurm.routes[("POST", SUBMIT)] = down()
     async with working(scheduler) as seen:
         bed.add_pod(pod())  # not submitted (slurmrestd down): a retry is due
-        await until(lambda: scheduler.queue.failures("ns/p") == 1)
+        await until(lambda: scheduler.queue.failures(PodKey("ns", "p")) == 1)
         await quiet(scheduler)
         bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-1"))
         scheduler.wake(who())
@@ -812,13 +814,13 @@ async def test_a_gang_member_is_reconciled_as_its_gang_and_submitted_once_whole(
     three_nodes(bed)
     for i in range(2):
         bed.add_pod(gang_pod(i))
-    await scheduler.reconcile("ns/g-0")  # a member: its gang decides
-    assert "ns/label:g" in scheduler.queue._queued
+    await scheduler.reconcile(PodKey("ns", "g-0"))  # a member: its gang decides
+    assert GangKey("ns", "label:g") in scheduler.queue._queued
     assert bed.slurm.seen == [], "a member alone submits nothing"
-    await scheduler.reconcile("ns/label:g")
+    await scheduler.reconcile(GangKey("ns", "label:g"))
     assert bed.slurm.calls("POST", SUBMIT) == [], "2 of 3 members: nothing submitted"
     bed.add_pod(gang_pod(2))
-    await scheduler.reconcile("ns/label:g")
+    await scheduler.reconcile(GangKey("ns", "label:g"))
     (sent,) = bed.slurm.calls("POST", SUBMIT)
     assert sent["job"]["minimum_nodes"] == sent["job"]["maximum_nodes"] == 3
     assert sent["job"]["name"] == "gang:ns/label:g"
@@ -834,7 +836,7 @@ async def test_one_member_the_policies_refuse_rejects_the_whole_gang(loop: Loop)
     bed.add_pod(gang_pod(0))
     bed.add_pod(gang_pod(1, requests={}))  # no CPU or memory requested: refused
     bed.add_pod(gang_pod(2))
-    await scheduler.reconcile("ns/label:g")
+    await scheduler.reconcile(GangKey("ns", "label:g"))
     assert bed.slurm.calls("POST", SUBMIT) == []
     for i in range(3):
         (patch,) = bed.kube.calls("PATCH", f"/api/v1/namespaces/ns/pods/g-{i}")
@@ -847,7 +849,7 @@ async def test_a_gang_larger_than_slurm_is_rejected(loop: Loop) -> None:
     bed, scheduler = loop.bed, loop.scheduler  # one Slurm node, three members
     for i in range(3):
         bed.add_pod(gang_pod(i))
-    await scheduler.reconcile("ns/label:g")
+    await scheduler.reconcile(GangKey("ns", "label:g"))
     assert bed.slurm.calls("POST", SUBMIT) == []
     await bed.settle()
     assert reasons(bed) == ["GangTooLarge"] * 3

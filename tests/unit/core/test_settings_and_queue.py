@@ -54,7 +54,7 @@ def test_durations_and_bind_addresses() -> None:
 
 
 async def test_a_key_is_handled_by_one_worker_at_a_time_and_again_if_it_changed() -> None:
-    q = WorkQueue()
+    q: WorkQueue[str] = WorkQueue()
     q.add("a")
     q.add("a")  # queued once
     assert len(q) == 1
@@ -66,7 +66,7 @@ async def test_a_key_is_handled_by_one_worker_at_a_time_and_again_if_it_changed(
 
 
 async def test_failures_back_off_exponentially_and_reset() -> None:
-    q = WorkQueue(base_delay=0.01, max_delay=0.04)
+    q: WorkQueue[str] = WorkQueue(base_delay=0.01, max_delay=0.04)
     assert [q.failed("k") for _ in range(4)] == [0.01, 0.02, 0.04, 0.04]
     q.forget("k")
     assert q.failed("k") == 0.01
@@ -77,7 +77,7 @@ async def test_failures_back_off_exponentially_and_reset() -> None:
 async def test_each_key_tells_how_long_it_waited_for_a_worker_from_when_it_was_first_queued(
         ) -> None:
     waited: list[float] = []
-    q = WorkQueue(observe_wait=waited.append)
+    q: WorkQueue[str] = WorkQueue(observe_wait=waited.append)
     q.add("a")
     await asyncio.sleep(0.05)
     q.add("a")  # already queued: its wait runs from the first add

@@ -11,6 +11,7 @@ import pytest
 
 from sunk.kube import KubeError
 from sunk.loops.scheduler import Scheduler
+from sunk.plans.keys import PodKey
 from sunk.policy.loader import PolicyStore
 from sunk.wiring import connect_scheduler
 from tests.unit.core import stand_ins
@@ -73,7 +74,7 @@ async def test_a_policy_reads_a_field_the_cache_drops(bed: tuple[Bed, Scheduler]
     made.add_pod(with_host_path())
     cached = made.cluster.pod("ns/p")
     assert cached is not None and "volumes" not in cached["spec"], "the cache keeps it trimmed"
-    await scheduler.reconcile("ns/p")
+    await scheduler.reconcile(PodKey("ns", "p"))
     assert made.slurm.calls("POST", SUBMIT) == [], "denied on the whole Pod"
     assert made.kube.calls("GET", POD_PATH) == [], "kept from its event: not read again"
     await made.settle()
@@ -83,7 +84,7 @@ async def test_a_policy_reads_a_field_the_cache_drops(bed: tuple[Bed, Scheduler]
 async def test_a_pod_without_the_field_is_submitted(bed: tuple[Bed, Scheduler]) -> None:
     made, scheduler = bed
     made.add_pod(pod())
-    await scheduler.reconcile("ns/p")
+    await scheduler.reconcile(PodKey("ns", "p"))
     assert len(made.slurm.calls("POST", SUBMIT)) == 1
 
 
