@@ -13,10 +13,10 @@ from sunk import kube
 from sunk.apply.annotations import AnnotationWriter
 from sunk.apply.background import PodEvents
 from sunk.apply.ports import KubePort
-from sunk.apply.retry import RetryLater
 from sunk.model.cluster import Cluster
 from sunk.model.podmemory import PodMemory
 from sunk.model.state import PodRecord
+from sunk.plans import actions as do
 from sunk.plans import ownership
 from sunk.runtime import metrics
 from sunk.slurm.job import account_and_qos
@@ -47,14 +47,15 @@ class Binder:
         self.owned = owned
         self.events = events
 
-    def reserve(self, pod: kube.Obj, k8s_node: str) -> None:
+    def reserve(self, pod: kube.Obj, k8s_node: str) -> do.RetryLater | None:
         """The Pod's room on ``k8s_node`` (:class:`sunk.plans.actions.Reserve`): checked and
         counted with no await between, so two Pods bound at once to one Node cannot both take
-        its last room."""
+        its last room. A wait for room if it has none any more."""
         if lacking := self.cluster.room(pod, k8s_node):
-            raise RetryLater(f"Node {k8s_node} has no room any more: {'; '.join(lacking)}",
-                             room=True)
+            return do.RetryLater(f"Node {k8s_node} has no room any more: {'; '.join(lacking)}",
+                                 room=True)
         self.cluster.usage.assume_bound(pod, k8s_node)
+        return None
 
     async def bind(self, pod: kube.Obj, record: PodRecord, k8s_node: str, slurm_node: str,
                    job_id: int, annotations: Mapping[str, str] | None = None, *,

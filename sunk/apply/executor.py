@@ -29,7 +29,6 @@ from sunk.apply.binding import Binder
 from sunk.apply.gangs import GangExecutor
 from sunk.apply.nodeexecutor import NodeExecutor
 from sunk.apply.ports import KubePort, SlurmPort
-from sunk.apply.retry import RetryLater as RetryLater  # the loops import it from here
 from sunk.apply.submissions import JobRecorder, Submitter
 from sunk.model.cluster import Cluster
 from sunk.model.podmemory import PodMemory, PodMemoryView
@@ -86,8 +85,10 @@ class Executor:
 
     # -- a Pod ----------------------------------------------------------------------------------
     async def apply_pod(self, pod: kube.Obj, record: PodRecord,
-                        actions: Iterable[do.PodAction], *, tries: int = 0) -> None:
-        """Apply one Pod's plan in order. ``tries``: failed reconciles of it so far."""
+                        actions: Iterable[do.PodAction], *, tries: int = 0
+                        ) -> do.RetryLater | None:
+        """Apply one Pod's plan in order, up to a wait, which is handed back (the room a
+        ``Reserve`` finds gone is one). ``tries``: failed reconciles of it so far."""
         uid = pod["metadata"]["uid"]
         for action in actions:
             match action:
@@ -116,15 +117,17 @@ class Executor:
                 case do.Reject(reason, message):
                     await self._reject(pod, record, reason, message)
                 case do.Reserve(k8s_node):
-                    self.binder.reserve(pod, k8s_node)
+                    if (no_room := self.binder.reserve(pod, k8s_node)) is not None:
+                        return no_room
                 case do.Bind(k8s_node, slurm_node, job_id):
                     await self.binder.bind(pod, record, k8s_node, slurm_node, job_id)
                 case do.CancelJob(job_id, why):
                     await self.cancel(job_id, kube.key(pod), why)
                 case do.DeletePod(why, reason):
                     await self._delete_pod(pod, record, why, reason)
-                case do.RetryLater(why, room):
-                    raise RetryLater(why, room=room)
+                case do.RetryLater():
+                    return action
+        return None
 
     def _report_not_counted(self, report: do.ReportNotCounted) -> None:
         """Pods Slurm does not count take the room where Slurm ran a job: said on the Node

@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from sunk import kube
-from sunk.apply.retry import RetryLater
 from sunk.model.podmemory import PodMemory
 from sunk.model.state import GangRecord
 from sunk.plans import actions as do
@@ -32,8 +31,9 @@ class GangExecutor:
         self.memory = memory
 
     async def apply(self, gang_id: str, record: GangRecord, pods: dict[str, kube.Obj],
-                    steps: Iterable[Step]) -> None:
-        """Apply the steps in order; the binds go last, all at once; a wait is raised last."""
+                    steps: Iterable[Step]) -> do.RetryLater | None:
+        """Apply the steps in order; the binds go last, all at once; a wait is handed back
+        last."""
         binds: list[tuple[kube.Obj, do.Reserve, do.Bind]] = []
         reserved: dict[str, do.Reserve] = {}
         later: do.RetryLater | None = None
@@ -44,7 +44,7 @@ class GangExecutor:
                 elif isinstance(action, do.Bind):
                     binds.append((pods[target], reserved.pop(target), action))
                 elif not isinstance(action, do.SubmitGang | do.RejectGang):
-                    await self._apply_member(pods[target], action)
+                    later = await self._apply_member(pods[target], action) or later
                 continue
             match action:
                 case do.Replace(lost_job, counted):
@@ -59,29 +59,33 @@ class GangExecutor:
                     await self._submit(action, record, pods)
                 case do.RejectGang():
                     await self._reject(action, record, pods)
-        await self._bind_all(binds)
-        if later is not None:
-            raise RetryLater(later.why, room=later.room)
+        no_room = await self._bind_all(binds)
+        return no_room or later
 
-    async def _apply_member(self, pod: kube.Obj, action: do.PodAction) -> None:
+    async def _apply_member(self, pod: kube.Obj, action: do.PodAction
+                            ) -> do.RetryLater | None:
         if isinstance(action, do.PodEvent):
             told = self.memory.told_gang.setdefault(pod["metadata"]["uid"], set())
             if (action.reason, action.message) in told:
-                return
+                return None
             told.add((action.reason, action.message))
-        await self.executor.apply_pod(pod, self.executor.record(pod), (action,))
+        return await self.executor.apply_pod(pod, self.executor.record(pod), (action,))
 
-    async def _bind_all(self, binds: list[tuple[kube.Obj, do.Reserve, do.Bind]]) -> None:
+    async def _bind_all(self, binds: list[tuple[kube.Obj, do.Reserve, do.Bind]]
+                        ) -> do.RetryLater | None:
         """Every member reserved and bound at once. The members' Scheduled Events are sent
         once every binding has been answered: sent as each member was bound, they competed
         with the last bindings for the API server."""
         events: list[Callable[[], None]] = []
         binder = self.executor.binder
 
-        async def reserve_and_bind(pod: kube.Obj, reserve: do.Reserve, bind: do.Bind) -> None:
-            binder.reserve(pod, reserve.k8s_node)
+        async def reserve_and_bind(pod: kube.Obj, reserve: do.Reserve, bind: do.Bind
+                                   ) -> do.RetryLater | None:
+            if (no_room := binder.reserve(pod, reserve.k8s_node)) is not None:
+                return no_room
             await binder.bind(pod, self.executor.record(pod), bind.k8s_node, bind.slurm_node,
                               bind.job_id, bind.annotations, events=events)
+            return None
 
         results = await asyncio.gather(*(reserve_and_bind(*each) for each in binds),
                                        return_exceptions=True)
@@ -90,6 +94,7 @@ class GangExecutor:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+        return next((r for r in results if isinstance(r, do.RetryLater)), None)
 
     async def _submit(self, submit: do.SubmitGang, record: GangRecord,
                       pods: dict[str, kube.Obj]) -> None:

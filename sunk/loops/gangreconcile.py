@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 
 from sunk import kube
 from sunk.apply.executor import Executor
@@ -31,20 +30,19 @@ log = logging.getLogger("sunk.gangs")
 
 class GangReconciler:
     def __init__(self, cluster: Cluster, executor: Executor, policies: PolicyStore,
-                 translate_settings: TranslateSettings, *,
-                 recheck: Callable[[GangKey, float], None]) -> None:
+                 translate_settings: TranslateSettings) -> None:
         self.cluster = cluster
         self.executor = executor
         self.policies = policies
         self.translate_settings = translate_settings
         self.settings = cluster.settings
         self.prefix = self.settings.annotation_prefix
-        self.recheck = recheck
 
     def claim(self, pod: kube.Obj) -> gang.Claim | None:
         return gang.claim(pod, self.prefix, self.cluster.gang_owners())
 
-    async def reconcile(self, key: GangKey, *, first_try: bool) -> None:
+    async def reconcile(self, key: GangKey, *, first_try: bool) -> do.RetryLater | None:
+        """One look at the gang; a wait if it must look again (a timeout due is one)."""
         namespace, name = key.namespace, key.name
         owners = self.cluster.gang_owners()
         pods = [(p, gang.claim(p, self.prefix, owners))
@@ -59,9 +57,9 @@ class GangReconciler:
         steps = plan.steps
         if plan.submit:  # what a submission needs is read only when there is one to make
             steps += await self._plan_submission(found, by_key, first_try=first_try)
-        await self.executor.gangs.apply(found.id, record, by_key, steps)
+        later = await self.executor.gangs.apply(found.id, record, by_key, steps)
         binds = [a for _, a in plan.steps if isinstance(a, do.Bind)]
-        if binds and not any(isinstance(a, do.RetryLater) for _, a in plan.steps) and (
+        if binds and later is None and (
                 facts.job is not None) and (
                 started := self.cluster.jobs.started_at.get(facts.job.job_id)) is not None:
             took = time.monotonic() - started  # every member is bound now
@@ -70,8 +68,9 @@ class GangReconciler:
                                  "started")
             log.info("gang %s: all %d members bound %.3fs after job %d started", found.key,
                      len(facts.job.members), took, facts.job.job_id)
-        if plan.recheck_in is not None:
-            self.recheck(key, plan.recheck_in)
+        if later is None and plan.recheck_in is not None:
+            later = do.RetryLater(plan.waiting or "a timeout is due", after=plan.recheck_in)
+        return later
 
     def _facts(self, found: gang.Gang, pods: list[kube.Obj]) -> gangplan.GangFacts:
         job_id = self.cluster.jobs.by_uid.get(found.id)

@@ -22,20 +22,20 @@ import asyncio
 import gc
 import logging
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from sunk import kube
-from sunk.apply.executor import Executor, RetryLater
+from sunk.apply.executor import Executor
 from sunk.loops import orphans
 from sunk.loops.gangreconcile import GangReconciler
 from sunk.loops.podfacts import PodFactReader
+from sunk.loops.settled import SettledPods
 from sunk.loops.workqueue import WorkQueue
 from sunk.model.cluster import Cluster
 from sunk.model.slurmwatch import SlurmWatch
 from sunk.model.state import PodRecord
 from sunk.plans import actions as do
 from sunk.plans import ownership, podplan
-from sunk.plans.decide import ENDED_PHASES, JobView, waiting
+from sunk.plans.decide import JobView
 from sunk.plans.keys import GangKey, PodKey, QueueKey, ReleaseJob
 from sunk.plans.translate import TranslateSettings
 from sunk.policy.loader import PolicyStore
@@ -45,16 +45,6 @@ from sunk.slurm.client import SlurmError
 from sunk.slurm.job import Job, PodIdentity
 
 log = logging.getLogger("sunk.loops.scheduler")
-
-
-class Settled(NamedTuple):
-    """What a Pod's last successful reconcile left: the Pod as it read it with its own writes
-    on top (:meth:`Scheduler._as_reconciled`), its job, and whether that job was waiting
-    (:func:`sunk.plans.decide.waiting`). A plain tuple: one for each of 10,000 Pods."""
-
-    pod: tuple[object, ...]
-    job_id: int | None
-    job_waiting: bool
 
 
 class Scheduler:
@@ -73,18 +63,11 @@ class Scheduler:
             scheduler_name=settings.scheduler_name, placeholder_script=settings.placeholder_script,
             gpu_resource=settings.gpu_resource, gpu_model_label=settings.gpu_model_label,
             gpu_types=settings.gpu_types, kill_wait_seconds=settings.slurm_kill_wait)
-        self.gangs = GangReconciler(cluster, executor, policies, self.translate_settings,
-                                    recheck=self.queue.add_after)
+        self.gangs = GangReconciler(cluster, executor, policies, self.translate_settings)
         #: Pods waiting for room on some Node: woken when a Pod leaves a Node.
         self._waiting_for_room: set[QueueKey] = set()
-        #: Pod key -> what its last successful reconcile left (:class:`Settled`). A watch
-        #: event that shows the Pod so is the echo of its writes, or a change no reconcile
-        #: reads (kwok's container statuses, a running phase); a job's change between two
-        #: waiting states (:func:`sunk.plans.decide.waiting`) cannot change its Pod's step. Either
-        #: only brings the Pod's dashboard line up to date: about half the looks a Pod took.
-        #: Dropped when a reconcile of the Pod starts, fails or finds it gone (a Pod not
-        #: settled is always looked at).
-        self._settled: dict[PodKey, Settled] = {}
+        #: What each Pod's last successful reconcile left: its echoes are not reconciled.
+        self.settled = SettledPods(cluster, self.owned)
 
     # -- running -------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -117,13 +100,11 @@ class Scheduler:
             self.queue.add(GangKey(who.namespace, who.name))
             return
         key = PodKey(who.namespace, who.name)
-        settled = self._settled.get(key)
-        if settled is not None and settled.job_waiting and settled.pod[0] == who.uid:
-            job_id, job = self.pod_facts.job_cached(who.uid)
-            if job_id == settled.job_id and job is not None and waiting(job) and (
-                    record := self.cluster.state.pods.get(str(key))) is not None:
-                self._show_job(record, job)
-                return
+        job_id, job = self.pod_facts.job_cached(who.uid)
+        if job is not None and self.settled.only_waits(key, who.uid, job_id, job) and (
+                record := self.cluster.state.pods.get(str(key))) is not None:
+            self._show_job(record, job)
+            return
         self.queue.add(key)
 
     def gang_changed(self, key: str) -> None:
@@ -160,24 +141,38 @@ class Scheduler:
         while True:
             key = await self.queue.get()
             if isinstance(key, PodKey):  # an event while it runs is never taken for an echo
-                self._settled.pop(key, None)
+                self.settled.forget(key)
             try:
-                await self.reconcile(key)
+                later = await self.reconcile(key)
             except Exception as exc:  # a bug or an outage must not stop the worker
-                if isinstance(exc, RetryLater) and exc.room:
-                    self._waiting_for_room.add(key)
                 metrics.RECONCILE_ERRORS.inc()
                 delay = self.queue.failed(key)
-                ours = not isinstance(exc, SlurmError | kube.KubeError | RetryLater)
+                ours = not isinstance(exc, SlurmError | kube.KubeError)
                 log.warning("%s %s: %s (retrying in %.1fs)", _kind(key), key, exc, delay,
                             exc_info=ours)
                 if ours:
                     self._internal_error(key, exc, delay)
                 self.queue.add_after(key, delay)
             else:
-                self.queue.forget(key)
+                self._later(key, later)
             finally:
                 self.queue.done(key)
+
+    def _later(self, key: QueueKey, later: do.RetryLater | None) -> None:
+        """What a reconcile that ran through asked: nothing more; a look after ``after``
+        seconds (a timeout is due); or a wait, backed off as a failure is (and woken early
+        by room freed on a Node if it waits for room)."""
+        if later is None or later.after is not None:
+            self.queue.forget(key)
+            if later is not None and later.after is not None:
+                self.queue.add_after(key, later.after)
+            return
+        if later.room:
+            self._waiting_for_room.add(key)
+        metrics.RECONCILE_ERRORS.inc()
+        delay = self.queue.failed(key)
+        log.warning("%s %s: %s (retrying in %.1fs)", _kind(key), key, later.why, delay)
+        self.queue.add_after(key, delay)
 
     def _internal_error(self, key: QueueKey, exc: Exception, delay: float) -> None:
         """A fault of sunk's while handling a Pod: counted, and told to the Pod (on the 1st,
@@ -209,40 +204,28 @@ class Scheduler:
         if kind == "DELETED":
             uid = pod["metadata"].get("uid", "")
             self.executor.forget_pod(uid)
-            self._settled.pop(key, None)
+            self.settled.forget(key)
             # The Pod object is gone: release its job now (reconcile no longer sees the Pod).
             if (job_id := self.cluster.jobs.by_uid.get(uid)) is not None:
                 self.queue.add(ReleaseJob(key, uid, job_id))
             return
-        if gang_key is None and (settled := self._settled.get(key)) is not None and (
-                settled.pod == self._as_reconciled(pod)) and (
+        if gang_key is None and self.settled.is_echo(key, pod) and (
                 record := self.cluster.state.pods.get(str(key))) is not None:
             _show_pod(record, pod)
             return
         self.queue.add(key)
 
-    def _as_reconciled(self, pod: kube.Obj) -> tuple[object, ...]:
-        """What a reconcile reads of the Pod itself, with the scheduler's writes not yet
-        watched on top (its job comes from Slurm, and wakes the Pod when it changes): the
-        Pod's identity and spec (a spec change bumps ``generation``), whether it is deleted,
-        ended or bound, and the annotations the scheduler owns."""
-        meta = pod["metadata"]
-        annotations = meta.get("annotations") or {}
-        written = self.cluster.assumed.pending_annotations(meta.get("uid", ""))
-        return (meta.get("uid"), meta.get("generation"), bool(meta.get("deletionTimestamp")),
-                (pod.get("status") or {}).get("phase") in ENDED_PHASES,
-                self.cluster.assumed.is_bound(pod),
-                *(written[k] if k in written else annotations.get(k) for k in self.owned.all))
-
     # -- the reconcile: facts, plan, apply -------------------------------------------------------
-    async def reconcile(self, key: QueueKey) -> None:
+    async def reconcile(self, key: QueueKey) -> do.RetryLater | None:
+        """One look at a Pod, a gang or a deleted Pod's job; a wait if it must look again."""
         match key:
             case GangKey():
-                await self.gangs.reconcile(key, first_try=self.queue.failures(key) == 0)
+                return await self.gangs.reconcile(key, first_try=self.queue.failures(key) == 0)
             case ReleaseJob(pod, uid, job_id):
                 await self._release(pod, uid, job_id)
+                return None
             case PodKey():
-                await self._reconcile_pod(key)
+                return await self._reconcile_pod(key)
 
     async def _release(self, pod: PodKey, uid: str, job_id: int) -> None:
         """The job of a Pod whose object is gone: cancelled unless it ended."""
@@ -250,14 +233,14 @@ class Scheduler:
         for action in podplan.plan_deleted(job_id, job):
             await self.executor.cancel(action.job_id, str(pod), action.why)
 
-    async def _reconcile_pod(self, key: PodKey) -> None:
+    async def _reconcile_pod(self, key: PodKey) -> do.RetryLater | None:
         pod = self.cluster.pod(str(key))
         if pod is None:
-            return
+            return None
         gang_key = self.cluster.gang_of(pod)
         if gang_key is not None and self.gangs.claim(pod) is not None:
             self.queue.add(GangKey.parse(gang_key))  # a gang's member: its gang decides
-            return
+            return None
         facts = await self.pod_facts.gather(pod)
         record = self._record(pod, facts)
         tries = self.queue.failures(key)
@@ -265,11 +248,11 @@ class Scheduler:
         steps: list[do.PodAction] = [*plan.actions]
         if plan.submit:  # what a submission needs is read only when there is one to make
             steps += await self._plan_submission(pod, first_try=tries == 0)
-        await self.executor.apply_pod(pod, record, steps, tries=tries)
+        if later := await self.executor.apply_pod(pod, record, steps, tries=tries):
+            return later
         if gang_key is None:  # done: the watch's echo of what it wrote needs no second look
-            newest, view = self.pod_facts.job_cached(pod["metadata"]["uid"])
-            self._settled[key] = Settled(self._as_reconciled(pod), newest,
-                                         view is not None and waiting(view))
+            self.settled.keep(key, pod, *self.pod_facts.job_cached(pod["metadata"]["uid"]))
+        return None
 
     async def _plan_submission(self, pod: kube.Obj, *, first_try: bool
                                ) -> Sequence[do.PodAction]:

@@ -122,11 +122,14 @@ class Replace:
 
 @dataclass(frozen=True)
 class RetryLater:
-    """Nothing can be done yet: back off and look again (raised by the executor).
+    """Nothing can be done yet: look again later, the one way any plan or loop says so. The
+    executor stops there and hands it back; the work queue then backs off, as after a
+    failure, or, with ``after``, looks again in that many seconds (a timeout is due).
     ``room``: it waits for room on a Node, so a Pod leaving a Node wakes it early."""
 
     why: str
     room: bool = False
+    after: float | None = None
 
 
 PodAction = (PodEvent | ReportIgnored | Annotate | Submit | Reject | Reserve | Bind | CancelJob

@@ -14,7 +14,7 @@ import pytest
 
 from sunk import kube
 from sunk.apply.binding import scheduled_message
-from sunk.apply.executor import Executor, RetryLater
+from sunk.apply.executor import Executor
 from sunk.apply.ports import KubeAPI
 from sunk.hooks.auth import HookKeys
 from sunk.model.cluster import Cluster
@@ -304,10 +304,10 @@ async def test_an_annotation_written_is_not_written_again_before_the_watch_shows
 
 
 async def test_cancel_delete_and_retry(bed: Bed) -> None:
-    with pytest.raises(RetryLater):
-        await bed.executor.apply_pod(pod(), record(), [
-            do.CancelJob(41, "its Pod is being deleted"), do.DeletePod("job 41 timeout"),
-            do.RetryLater("no slurmd Pod"), do.CancelJob(99, "never reached")])
+    later = await bed.executor.apply_pod(pod(), record(), [
+        do.CancelJob(41, "its Pod is being deleted"), do.DeletePod("job 41 timeout"),
+        do.RetryLater("no slurmd Pod"), do.CancelJob(99, "never reached")])
+    assert later == do.RetryLater("no slurmd Pod"), "handed back, the rest not applied"
     assert [p for m, p, _ in bed.slurm.seen] == ["/slurm/v0.0.42/job/41"]
     (delete,) = bed.kube.calls("DELETE", "/api/v1/namespaces/ns/pods/p")
     assert delete["preconditions"] == {"uid": "aaaa-0001"}
@@ -458,9 +458,8 @@ async def test_a_node_never_gets_more_bound_than_it_holds(bed: Bed) -> None:
     first, second = needing("3", "aaaa-0001"), needing("2", "aaaa-0002")
     await bed.executor.apply_pod(first, record(), reserve_and_bind(1))
     assert bed.cluster.usage.used("node-a")["cpu"] == 3000, "counted before the watch shows it"
-    with pytest.raises(RetryLater, match="cpu: needs 2, 1 of 4 left"):
-        await bed.executor.apply_pod(second, record("aaaa-0002"),
-                                     reserve_and_bind(2))
+    later = await bed.executor.apply_pod(second, record("aaaa-0002"), reserve_and_bind(2))
+    assert later is not None and later.room and "cpu: needs 2, 1 of 4 left" in later.why
     assert len(bed.kube.calls("POST", "/api/v1/namespaces/ns/pods/p/binding")) == 1
 
 

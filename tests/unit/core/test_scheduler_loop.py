@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -14,7 +15,6 @@ from typing import Any
 import httpx
 import pytest
 
-from sunk.apply.executor import RetryLater
 from sunk.loops import orphans
 from sunk.loops.scheduler import Scheduler
 from sunk.loops.workqueue import WorkQueue
@@ -161,8 +161,8 @@ async def test_a_pod_whose_namespace_is_not_cached_waits(loop: Loop) -> None:
     bed = loop.bed
     drop(bed.cluster.namespace_informer, namespace())
     put(bed.cluster.pod_informers[0], pod())
-    with pytest.raises(RetryLater, match="namespace ns not seen yet"):
-        await loop.scheduler.reconcile(PodKey("ns", "p"))
+    later = await loop.scheduler.reconcile(PodKey("ns", "p"))
+    assert later == do.RetryLater("namespace ns not seen yet")
     assert bed.slurm.seen == [] and bed.kube.seen == []
 
 
@@ -239,8 +239,8 @@ async def test_a_job_on_a_slurm_node_without_slurmd_pod_waits_and_says_so(loop: 
     bed = loop.bed
     bed.cluster.job_table.learn(job(41, state="RUNNING", nodes="slurm-9", started=True))
     put(bed.cluster.pod_informers[0], pod(annotations=owned(41)))
-    with pytest.raises(RetryLater, match="slurm-9"):
-        await loop.scheduler.reconcile(PodKey("ns", "p"))
+    later = await loop.scheduler.reconcile(PodKey("ns", "p"))
+    assert later is not None and "slurm-9" in later.why and not later.room
     assert bed.kube.calls("POST", f"{POD_PATH}/binding") == []
     await bed.settle()
     assert reasons(bed) == ["NoNodeForSlurmNode"]
@@ -828,6 +828,25 @@ async def test_a_gang_member_is_reconciled_as_its_gang_and_submitted_once_whole(
     for i in range(3):
         (patch,) = bed.kube.calls("PATCH", f"/api/v1/namespaces/ns/pods/g-{i}")
         assert patch["metadata"]["annotations"][JOB_ID] == "41"
+
+
+async def test_a_gang_waiting_for_members_is_looked_at_again_when_its_timeout_is_due(
+        loop: Loop) -> None:
+    """A wait with a time (``after``) is a look later, not a failure: no backoff, no error."""
+    bed, scheduler = loop.bed, loop.scheduler
+    three_nodes(bed)
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    bed.add_pod(gang_pod(0, creationTimestamp=now))  # just created: its gang may yet fill
+    gang = GangKey("ns", "label:g")
+    later = await scheduler.reconcile(gang)
+    assert later is not None and later.after is not None and "1 of 3 members" in later.why
+    assert 0 < later.after <= bed.cluster.settings.gang_incomplete_timeout
+    scheduler.queue.failed(gang)  # an earlier failure: forgotten by a reconcile that ran
+    scheduler._later(gang, later)
+    assert scheduler.queue.failures(gang) == 0, "not a failure: no backoff"
+    assert len(scheduler.queue._timers) == 1, "looked at again once its timeout is due"
+    scheduler._later(gang, do.RetryLater("no room", room=True))
+    assert scheduler.queue.failures(gang) == 1 and gang in scheduler._waiting_for_room
 
 
 async def test_one_member_the_policies_refuse_rejects_the_whole_gang(loop: Loop) -> None:
