@@ -59,7 +59,7 @@ class Executor:
         self._background = self.background.tasks  # what a test waits for
         self.events = PodEvents(kube_port, self.background)
         self.annotator = AnnotationWriter(cluster, kube_port, self.background)
-        self.submitter = Submitter(cluster, slurm, self._memory, credential=credential,
+        self.submitter = Submitter(cluster, slurm, credential=credential,
                                    jobs=jobs)
         self.binder = Binder(cluster, kube_port, self.annotator, self._memory, self.events,
                              owned=self.owned)

@@ -1,9 +1,10 @@
-"""A Pod's (or gang's) job into Slurm once, even when Slurm's answer to a submit was lost.
+"""A Pod's (or gang's) job into Slurm, with its hook credential (added here, so that no record
+shows it).
 
-A submit that timed out may still have reached Slurm: before the next try, the jobs Slurm took
-since are read, and one naming the Pod is adopted instead of a second being submitted. The job
-carries its hook credential, added here so that no record shows it. What it submits and adopts
-it tells the job table's one writer, the Slurm poller (:mod:`sunk.model.jobtable`).
+A submit that timed out may still have reached Slurm: it is told to the job table's one writer,
+the Slurm poller, which reads the jobs Slurm took since before the Pod's next plan
+(:meth:`sunk.model.slurmwatch.SlurmWatch.find_unanswered`); a job naming the Pod is then
+adopted by the plan, not submitted again.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any, Protocol
 
 from sunk.apply.ports import SlurmPort
 from sunk.model.cluster import Cluster
-from sunk.model.podmemory import PodMemory
 from sunk.runtime import metrics
 from sunk.slurm.client import SlurmError
 from sunk.slurm.job import Job
@@ -34,15 +34,18 @@ class JobRecorder(Protocol):
         """A job just submitted for the Pod (or gang) ``uid``, sent at ``at`` (monotonic)."""
         ...
 
+    def submit_unanswered(self, uid: str, newest: int) -> None:
+        """A submit for ``uid`` got no answer; ``newest``: the newest job id before it."""
+        ...
+
 
 class Submitter:
     """Submits the executor's jobs, a Pod's and a gang's alike."""
 
-    def __init__(self, cluster: Cluster, slurm: SlurmPort, memory: PodMemory, *,
+    def __init__(self, cluster: Cluster, slurm: SlurmPort, *,
                  credential: Callable[[str], str], jobs: JobRecorder) -> None:
         self.cluster = cluster
         self.slurm = slurm
-        self.memory = memory
         #: A Pod's (or gang's) uid -> the credential its job shows the hook API.
         self.credential = credential
         #: Told of every job read from Slurm and every submission.
@@ -61,27 +64,14 @@ class Submitter:
         return job_id
 
     async def _submit_once(self, uid: str, job: dict[str, Any]) -> int:
-        """Submit, unless an earlier try whose answer was lost (a timeout, an outage) did reach
-        Slurm: jobs Slurm took since then are read, and one naming this Pod is adopted."""
-        jobs = self.cluster.jobs
-        since = self.memory.uncertain_submits.get(uid)
-        if since is not None:  # kept until the lookup has succeeded: never submit blind
-            for job_id in sorted(j for j in await self.slurm.job_states() if j > since
-                                 and j not in jobs.jobs):
-                if (found := await self.slurm.job(job_id)) is not None:
-                    self.jobs.learn(found)
-            del self.memory.uncertain_submits[uid]
-            if (existing := jobs.by_uid.get(uid)) is not None and existing > since:
-                log.info("pod uid %s: job %d from an earlier, unanswered submit adopted", uid,
-                         existing)
-                return existing
-        newest = jobs.newest_id()
+        """Submit; a failure that may have reached Slurm is told as unanswered."""
+        newest = self.cluster.jobs.newest_id()
         sent = time.monotonic()
         try:
             job_id = await self.slurm.submit(job)
         except SlurmError as exc:
             if not exc.permanent:  # it may have reached Slurm: look before submitting again
-                self.memory.uncertain_submits[uid] = newest
+                self.jobs.submit_unanswered(uid, newest)
             raise
         # learned as any job read from Slurm (a Pod whose lost job had this id is woken), and
         # the newest submission is the Pod's job

@@ -14,6 +14,7 @@ import time
 from sunk import kube
 from sunk.apply.executor import Executor
 from sunk.model.cluster import Cluster
+from sunk.model.slurmwatch import SlurmWatch
 from sunk.model.state import GangMember, GangRecord
 from sunk.plans import actions as do
 from sunk.plans import gang, gangplan, podplan
@@ -29,9 +30,10 @@ log = logging.getLogger("sunk.gangs")
 
 
 class GangReconciler:
-    def __init__(self, cluster: Cluster, executor: Executor, policies: PolicyStore,
-                 translate_settings: TranslateSettings) -> None:
+    def __init__(self, cluster: Cluster, watch: SlurmWatch, executor: Executor,
+                 policies: PolicyStore, translate_settings: TranslateSettings) -> None:
         self.cluster = cluster
+        self.watch = watch
         self.executor = executor
         self.policies = policies
         self.translate_settings = translate_settings
@@ -50,6 +52,8 @@ class GangReconciler:
         claimed = [(p, c) for p, c in pods if c is not None]
         live = [(p, c) for p, c in claimed if _live(p)]
         found = gang.assemble(namespace, name, live, max_size=self.settings.gang_max_size)
+        # a submit that got no answer may have reached Slurm: its jobs since are read first
+        await self.watch.find_unanswered(found.id)
         facts = self._facts(found, [p for p, _ in claimed])
         plan = gangplan.plan_gang(facts)
         record = self._record(found, facts, plan)

@@ -14,6 +14,8 @@ from sunk.model.cluster import Cluster
 from sunk.model.slurmwatch import SlurmWatch
 from sunk.plans import ownership, podplan
 from sunk.plans.decide import JobView, PodView
+from sunk.runtime import metrics
+from sunk.slurm.client import SlurmError
 
 
 class PodFactReader:
@@ -24,10 +26,12 @@ class PodFactReader:
         self.executor = executor
         self.owned = owned
 
-    async def gather(self, pod: kube.Obj) -> podplan.PodFacts:
-        """The facts of ``pod``'s plan (:func:`sunk.plans.podplan.plan_pod`)."""
+    async def gather(self, pod: kube.Obj, *, tries: int = 0) -> podplan.PodFacts:
+        """The facts of ``pod``'s plan (:func:`sunk.plans.podplan.plan_pod`). ``tries``: its
+        failed reconciles so far."""
         meta = pod["metadata"]
         uid = meta.get("uid", "")
+        unanswered = await self.unanswered(uid)
         owned = await self.ownership(pod)
         job = await self.job_view(owned.job_id, uid)
         memory = self.executor.memory
@@ -48,7 +52,21 @@ class PodFactReader:
             no_room=no_room,
             refitted=owned.job_id in memory.refitted.get(uid, ()),
             not_counted=tuple(self.cluster.not_counted_by_slurm(k8s_node))
-            if no_room and k8s_node else ())
+            if no_room and k8s_node else (),
+            unanswered=unanswered, tries=tries)
+
+    async def unanswered(self, uid: str) -> str | None:
+        """A submit for ``uid`` that got no answer may have reached Slurm: the jobs Slurm took
+        since are read first, so one naming the Pod is among the facts (and adopted). Why
+        they could not be read, if they could not (None: nothing to read, or read)."""
+        if uid not in self.cluster.jobs.unanswered:
+            return None
+        try:
+            await self.watch.find_unanswered(uid)
+        except SlurmError as exc:
+            metrics.SUBMIT_ERRORS.inc()
+            return exc.slurm_message
+        return None
 
     async def ownership(self, pod: kube.Obj) -> ownership.Ownership:
         """What the Pod's scheduler-owned annotations may be believed to say

@@ -63,7 +63,7 @@ class Scheduler:
             scheduler_name=settings.scheduler_name, placeholder_script=settings.placeholder_script,
             gpu_resource=settings.gpu_resource, gpu_model_label=settings.gpu_model_label,
             gpu_types=settings.gpu_types, kill_wait_seconds=settings.slurm_kill_wait)
-        self.gangs = GangReconciler(cluster, executor, policies, self.translate_settings)
+        self.gangs = GangReconciler(cluster, watch, executor, policies, self.translate_settings)
         #: Pods waiting for room on some Node: woken when a Pod leaves a Node.
         self._waiting_for_room: set[QueueKey] = set()
         #: What each Pod's last successful reconcile left: its echoes are not reconciled.
@@ -241,9 +241,9 @@ class Scheduler:
         if gang_key is not None and self.gangs.claim(pod) is not None:
             self.queue.add(GangKey.parse(gang_key))  # a gang's member: its gang decides
             return None
-        facts = await self.pod_facts.gather(pod)
-        record = self._record(pod, facts)
         tries = self.queue.failures(key)
+        facts = await self.pod_facts.gather(pod, tries=tries)
+        record = self._record(pod, facts)
         plan = podplan.plan_pod(facts)
         steps: list[do.PodAction] = [*plan.actions]
         if plan.submit:  # what a submission needs is read only when there is one to make

@@ -42,6 +42,10 @@ field             says                                        changed by (who te
 ``_elsewhere``    Pods of other sunk schedulers whose         ``lock_checked`` (the syncer's lock
                   placeholders lock nodes                     check)
 ``_newest``       the highest job id in ``jobs``              ``learn``, ``forget``
+``unanswered``    Pod (or gang) uid -> the newest job id      ``submit_unanswered`` (the
+                  known before a submit whose answer was      executor), ``looked_up`` (the
+                  lost: Slurm's jobs since are read before    poller, once it read them)
+                  it is submitted again
 ================  ==========================================  =================================
 """
 
@@ -87,6 +91,8 @@ class JobsView(Protocol):
     def allocated(self) -> Mapping[int, str]: ...
     @property
     def in_prolog(self) -> AbstractSet[int]: ...
+    @property
+    def unanswered(self) -> Mapping[str, int]: ...
     def __len__(self) -> int: ...
     def __iter__(self) -> Iterator[int]: ...
     def get(self, job_id: int) -> Job | None: ...
@@ -122,6 +128,10 @@ class JobTable:
         #: Jobs whose prolog waits for a node lock: their script cannot have started, so the
         #: poller does not read them to look for a lost ``started`` call.
         self.in_prolog: set[int] = set()
+        #: Pod (or gang) uid -> the newest job id known before a submit whose answer was
+        #: lost (a timeout, an outage): it may have reached Slurm, so the jobs Slurm took
+        #: since are read before the Pod is submitted again. Never submit blind.
+        self.unanswered: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self.jobs)
@@ -226,6 +236,14 @@ class JobTable:
         seconds), the job learned already: the newest submission is the Pod's job."""
         self.by_uid[uid] = job_id
         self.submitted_at[job_id] = at
+
+    def submit_unanswered(self, uid: str, newest: int) -> None:
+        """A submit for ``uid`` got no answer; ``newest`` was the newest job id before it."""
+        self.unanswered[uid] = newest
+
+    def looked_up(self, uid: str) -> None:
+        """The jobs Slurm took since ``uid``'s unanswered submit were read (and learned)."""
+        self.unanswered.pop(uid, None)
 
     def saw_state(self, job_id: int, state: str, at: float) -> Job:
         """A poll saw a known job in ``state`` at ``at`` (its pending reason, if it no longer

@@ -1,8 +1,7 @@
 """What the scheduler remembers of each Pod and gang between reconciles, beyond what the API
-server and Slurm say: Events already sent, jobs already replaced or cancelled, submits whose
-answer was lost. One writer, the executor (:mod:`sunk.apply`), as it acts; the loops read it
-into a plan's facts through :class:`PodMemoryView`, and ask the executor to forget a Pod or a
-gang that is gone."""
+server and Slurm say: Events already sent, jobs already replaced or cancelled. One writer, the
+executor (:mod:`sunk.apply`), as it acts; the loops read it into a plan's facts through
+:class:`PodMemoryView`, and ask the executor to forget a Pod or a gang that is gone."""
 
 from __future__ import annotations
 
@@ -19,9 +18,6 @@ class PodMemoryView(Protocol):
 
     @property
     def told_ignored(self) -> Set[str]: ...
-
-    @property
-    def uncertain_submits(self) -> Mapping[str, int]: ...
 
     @property
     def refitted(self) -> Mapping[str, Set[int]]: ...
@@ -47,8 +43,6 @@ class PodMemory:
     replaced: dict[str, set[int]] = field(default_factory=dict)
     #: Pod uids already told that annotations on them were ignored (one Event each).
     told_ignored: set[str] = field(default_factory=set)
-    #: Pod uid -> the newest job id known before a submit whose answer was lost.
-    uncertain_submits: dict[str, int] = field(default_factory=dict)
     #: Pod uid -> its jobs cancelled because their Node had no room for it.
     refitted: dict[str, set[int]] = field(default_factory=dict)
     #: Gang id -> its jobs sunk cancelled because the gang changed before they started.
@@ -65,7 +59,6 @@ class PodMemory:
         self.refitted.pop(uid, None)
         self.replaced.pop(uid, None)
         self.told_ignored.discard(uid)
-        self.uncertain_submits.pop(uid, None)
         self.told_gang.pop(uid, None)
 
     def forget_gang(self, gang_id: str) -> None:

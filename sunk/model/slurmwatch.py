@@ -83,6 +83,26 @@ class SlurmWatch:
         self.learn(job)
         self._jobs.submitted(uid, job.job_id, at)
 
+    def submit_unanswered(self, uid: str, newest: int) -> None:
+        """The executor's submit for the Pod (or gang) ``uid`` got no answer; ``newest`` was
+        the newest job id before it (:meth:`find_unanswered` looks, before the next try)."""
+        self._jobs.submit_unanswered(uid, newest)
+
+    async def find_unanswered(self, uid: str) -> None:
+        """An unanswered submit for ``uid`` may have reached Slurm: the jobs Slurm took since
+        are read and learned, so a job naming the Pod is among its facts and adopted, not
+        submitted again. Raises :class:`SlurmError` if Slurm cannot be read: kept until
+        then."""
+        since = self._jobs.unanswered.get(uid)
+        if since is None:
+            return
+        for job_id in sorted(j for j in await self.slurm.job_states()
+                             if j > since and j not in self._jobs.jobs):
+            await self.read(job_id)
+        self._jobs.looked_up(uid)
+        if (found := self._jobs.by_uid.get(uid)) is not None and found > since:
+            log.info("pod uid %s: job %d from an earlier, unanswered submit found", uid, found)
+
     def lock_checked(self, job_id: int, job: Job) -> None:
         """Slurm's read of ``job_id`` showed it starting where its prolog asks for a lock."""
         self._jobs.lock_checked(job_id, job)

@@ -39,6 +39,12 @@ class PodFacts:
     refitted: bool = False
     #: Where the job's Node has no room: the Pods there that Slurm does not count.
     not_counted: tuple[str, ...] = ()
+    #: A submit of the Pod's got no answer and Slurm's jobs since could not be read (why): it
+    #: may have reached Slurm, so nothing is submitted until they are.
+    unanswered: str | None = None
+    #: Failed reconciles of the Pod so far (Events of a repeated failure are told on the 1st,
+    #: 2nd, 4th, 8th ... only).
+    tries: int = 0
 
 
 def plan_pod(facts: PodFacts) -> do.Plan:
@@ -53,7 +59,10 @@ def plan_pod(facts: PodFacts) -> do.Plan:
             not facts.job.finished):  # its cancel may have failed: never leave it running
         first.append(do.CancelJob(view.job_id, "moved: its Node had no room for the Pod"))
     if step is Step.SUBMIT:
-        return _plan_submit(facts, job, first)
+        plan = _plan_submit(facts, job, first)
+        if plan.submit and facts.unanswered is not None:  # never submit blind
+            return do.Plan((*plan.actions, *_submit_failed(facts, facts.unanswered)))
+        return plan
     if owned.write and view.job_id is not None:  # adopted, or a wrong job-id repaired
         first.append(do.Annotate(dict(owned.write), note=f"adopted job {view.job_id}"))
     if step is Step.BIND and job is not None and view.job_id is not None:
@@ -80,6 +89,15 @@ def _report_ignored(owned: ownership.Ownership, *, bound: bool) -> do.ReportIgno
         + (f"Its job is {owned.job_id}." if owned.job_id is not None
            else "The Pod is bound already and is left where it is." if bound
            else "The Pod is scheduled from scratch."))
+
+
+def _submit_failed(facts: PodFacts, why: str) -> tuple[do.PodAction, ...]:
+    """A submission that cannot be made now: a wait, told on the Pod on the 1st, 2nd, 4th,
+    8th ... try (as a submit Slurm did not take is)."""
+    told = () if facts.tries & (facts.tries - 1) else (do.PodEvent(
+        "SubmitFailed", f"Slurm did not take the job (try {facts.tries + 1}, retrying with "
+                        f"backoff): {why}", warning=True),)
+    return (*told, do.RetryLater(why))
 
 
 def _plan_submit(facts: PodFacts, job: JobView | None, first: list[do.PodAction]) -> do.Plan:

@@ -142,25 +142,6 @@ async def test_an_outage_while_submitting_is_retried_and_told_on_powers_of_two(
     assert bed.kube.calls("PATCH") == [], "nothing is written while Slurm does not answer"
 
 
-async def test_a_submission_whose_answer_was_lost_is_adopted_not_repeated(bed: Bed) -> None:
-    answers = iter([httpx.Response(504, text="timeout")])
-    bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = lambda r: next(answers)
-    with pytest.raises(SlurmError):
-        await bed.executor.apply_pod(pod(), record(), [do.Submit(description())])
-    who = PodIdentity("ns", "p", "aaaa-0001", NAME)
-    raw = {"job_id": 7, "name": "sunk-ns-p", "job_state": ["PENDING"],
-           "extra": job_extra(who), "admin_comment": admin_comment(who)}
-    bed.slurm.routes[("GET", "/slurm/v0.0.42/jobs/state/")] = lambda r: httpx.Response(
-        200, json={"jobs": [{"job_id": 7, "state": ["PENDING"]}]})
-    bed.slurm.routes[("GET", "/slurm/v0.0.42/job/7")] = lambda r: httpx.Response(
-        200, json={"jobs": [raw]})
-    await bed.executor.apply_pod(pod(), record(), [do.Submit(description())])
-    assert len(bed.slurm.calls("POST", "/slurm/v0.0.42/job/submit")) == 1
-    await settle(bed)
-    (patch,) = bed.kube.calls("PATCH")
-    assert patch["metadata"]["annotations"][f"{PREFIX}job-id"] == "7"
-
-
 def add_node(bed: Bed, name: str = "node-a", cpu: str = "4") -> None:
     bed.cluster.node_informer.cache[name] = {
         "metadata": {"name": name, "uid": f"{name}-uid", "resourceVersion": "1"},
@@ -410,17 +391,12 @@ async def test_a_submission_given_a_lost_jobs_id_wakes_the_pod_that_had_it(bed: 
     assert bed.cluster.jobs.by_uid == {"aaaa-0001": 41}
 
 
-async def test_a_failed_lookup_keeps_the_pod_from_submitting_blind(bed: Bed) -> None:
+async def test_a_submit_that_got_no_answer_is_told_to_the_job_tables_writer(bed: Bed) -> None:
     bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = lambda r: httpx.Response(
         504, text="timeout")
     with pytest.raises(SlurmError):
         await bed.executor.apply_pod(pod(), record(), [do.Submit(description())])
-    bed.slurm.routes[("GET", "/slurm/v0.0.42/jobs/state/")] = lambda r: httpx.Response(
-        503, text="down")
-    with pytest.raises(SlurmError):
-        await bed.executor.apply_pod(pod(), record(), [do.Submit(description())])
-    assert len(bed.slurm.calls("POST", "/slurm/v0.0.42/job/submit")) == 1
-    assert "aaaa-0001" in bed.executor.memory.uncertain_submits, "looked up on the next try"
+    assert bed.cluster.jobs.unanswered == {"aaaa-0001": 0}, "every job of Slurm's is newer"
 
 
 async def test_evicting_a_pod_already_gone_is_no_eviction(bed: Bed) -> None:

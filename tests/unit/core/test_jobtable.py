@@ -140,3 +140,13 @@ def test_a_started_hook_is_heard_once() -> None:
     first = table.started_at[7]
     table.heard_started(7)
     assert table.started_at == {7: first}
+
+
+def test_an_unanswered_submit_is_kept_until_slurms_jobs_since_were_looked_up() -> None:
+    table = JobTable("sunk")
+    table.submit_unanswered("uid-1", 41)
+    table.submit_unanswered("uid-2", 40)
+    assert table.unanswered == {"uid-1": 41, "uid-2": 40}
+    table.looked_up("uid-1")
+    table.looked_up("uid-3")  # nothing to look up: nothing happens
+    assert table.unanswered == {"uid-2": 40}

@@ -22,6 +22,7 @@ from sunk.plans import actions as do
 from sunk.plans.keys import GangKey, PodKey, QueueKey, ReleaseJob
 from sunk.policy import PolicyStore
 from sunk.runtime import metrics
+from sunk.slurm.client import SlurmError
 from sunk.slurm.job import PodIdentity, admin_comment, job_extra, member_id
 from sunk.wiring import connect_scheduler
 from tests.unit.core import stand_ins
@@ -181,6 +182,48 @@ async def test_a_reconcile_plans_once_and_applies_one_plan(loop: Loop) -> None:
     await loop.scheduler.reconcile(PodKey("ns", "p"))
     assert applied == [["ReportIgnored", "Submit"]]
     assert len(bed.slurm.calls("POST", SUBMIT)) == 1
+
+
+async def test_a_submission_whose_answer_was_lost_is_adopted_by_the_plan_not_repeated(
+        loop: Loop) -> None:
+    """The submit timed out but reached Slurm: the next look reads Slurm's jobs since, finds
+    the Pod's, and the plan adopts it (its id written), with no second submission."""
+    bed, scheduler = loop.bed, loop.scheduler
+    bed.slurm.routes[("POST", SUBMIT)] = lambda r: httpx.Response(504, text="timeout")
+    put(bed.cluster.pod_informers[0], pod())
+    with pytest.raises(SlurmError):
+        await scheduler.reconcile(PodKey("ns", "p"))
+    assert bed.cluster.jobs.unanswered == {UID: 0}
+    bed.slurm.jobs[7] = raw_job(7)  # it reached Slurm after all
+    assert await scheduler.reconcile(PodKey("ns", "p")) is None
+    assert len(bed.slurm.calls("POST", SUBMIT)) == 1, "not submitted again"
+    assert bed.cluster.jobs.unanswered == {} and bed.cluster.jobs.by_uid == {UID: 7}
+    await bed.settle()
+    (patch,) = bed.kube.calls("PATCH", POD_PATH)
+    assert patch["metadata"]["annotations"][JOB_ID] == "7"
+    assert bed.cluster.state.pods["ns/p"].history[-1].what == "adopted"
+
+
+async def test_a_pod_whose_lost_submission_cannot_be_looked_up_is_not_submitted_blind(
+        loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    bed.slurm.routes[("POST", SUBMIT)] = lambda r: httpx.Response(504, text="timeout")
+    put(bed.cluster.pod_informers[0], pod())
+    with pytest.raises(SlurmError):
+        await scheduler.reconcile(PodKey("ns", "p"))
+    bed.slurm.routes[("GET", f"{SLURM}/jobs/state/")] = down()
+    scheduler.queue.failed(PodKey("ns", "p"))
+    later = await scheduler.reconcile(PodKey("ns", "p"))
+    assert later is not None and "slurmctld down" in later.why
+    assert len(bed.slurm.calls("POST", SUBMIT)) == 1, "nothing submitted blind"
+    assert bed.cluster.jobs.unanswered == {UID: 0}, "looked up on the next try"
+    await bed.settle()
+    told = [e["message"] for e in bed.events() if e["reason"] == "SubmitFailed"]
+    assert [m.split("(try ")[1].split(",")[0] for m in told] == ["1", "2"]
+    bed.slurm.routes.pop(("GET", f"{SLURM}/jobs/state/"))  # Slurm back, and no job of the Pod's
+    bed.slurm.routes[("POST", SUBMIT)] = answer(200, {"job_id": 9})
+    assert await scheduler.reconcile(PodKey("ns", "p")) is None
+    assert len(bed.slurm.calls("POST", SUBMIT)) == 2 and bed.cluster.jobs.by_uid == {UID: 9}
 
 
 async def test_a_pod_the_policies_refuse_is_rejected_not_submitted(loop: Loop) -> None:

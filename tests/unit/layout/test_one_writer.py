@@ -54,6 +54,7 @@ def read(cluster: Cluster, job: Job) -> None:
     cluster.jobs.placed("uid", "member")
     cluster.jobs.newest_id()
     cluster.jobs.allocated.get(41, "")
+    cluster.jobs.unanswered.get("uid")
     cluster.job_table.learn(job)
 
 
@@ -71,6 +72,8 @@ def write(cluster: Cluster, job: Job) -> None:
     cluster.jobs.lock_checked(41, job)
     cluster.jobs.note_placeholder(job)
     cluster.jobs.ours(job)
+    cluster.jobs.unanswered["uid"] = 1
+    cluster.jobs.submit_unanswered("uid", 1)
     cluster.jobs = cluster.job_table
 '''
 
