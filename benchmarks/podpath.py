@@ -152,13 +152,15 @@ async def one_pod_life(watch: Callable[[Trip], None], trip: Trip) -> None:
         bed.slurm.jobs[41] = s.raw_job(41, s.who(), state="RUNNING", nodes="slurm-1",
                                        started=True)
         pod = s.pod()
+        keys = ROOT / "sunk/plans/keys.py"  # typed queue keys, where the layout has them
+        key = imported("sunk.plans.keys:PodKey")("ns", "p") if keys.is_file() else "ns/p"
         try:
             watch(trip)
             bed.add_pod(pod)                      # the watch event
-            await scheduler.reconcile("ns/p")     # submits the job
+            await scheduler.reconcile(key)        # submits the job
             await bed.settle()
             await hooks.job_started(41, "slurm-1")  # the placeholder's "started" call
-            await scheduler.reconcile("ns/p")     # binds the Pod
+            await scheduler.reconcile(key)        # binds the Pod
             await bed.settle()
         finally:
             sys.setprofile(None)

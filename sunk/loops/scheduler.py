@@ -22,6 +22,7 @@ import asyncio
 import gc
 import logging
 from collections.abc import Sequence
+from typing import assert_never
 
 from sunk import kube
 from sunk.apply.executor import Executor
@@ -226,6 +227,8 @@ class Scheduler:
                 return None
             case PodKey():
                 return await self._reconcile_pod(key)
+            case _:
+                assert_never(key)
 
     async def _release(self, pod: PodKey, uid: str, job_id: int) -> None:
         """The job of a Pod whose object is gone: cancelled unless it ended."""

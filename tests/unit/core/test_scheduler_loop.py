@@ -226,6 +226,11 @@ async def test_a_pod_whose_lost_submission_cannot_be_looked_up_is_not_submitted_
     assert len(bed.slurm.calls("POST", SUBMIT)) == 2 and bed.cluster.jobs.by_uid == {UID: 9}
 
 
+async def test_a_queue_key_of_no_known_kind_is_refused_not_passed_over(loop: Loop) -> None:
+    with pytest.raises(AssertionError):
+        await loop.scheduler.reconcile("ns/p")  # type: ignore[arg-type]
+
+
 async def test_a_pod_the_policies_refuse_is_rejected_not_submitted(loop: Loop) -> None:
     bed = loop.bed
     put(bed.cluster.pod_informers[0], pod(requests={}))
