@@ -7,26 +7,43 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from sunk import kube
+from sunk.apply.binding import Binder
+from sunk.apply.submissions import Submitter
 from sunk.model.podmemory import PodMemory
-from sunk.model.state import GangRecord
+from sunk.model.state import GangRecord, PodRecord
 from sunk.plans import actions as do
 from sunk.plans.gangplan import Step
 from sunk.slurm.client import SlurmError
 
-if TYPE_CHECKING:  # the executor owns this part of it
-    from sunk.apply.executor import Executor
-
 log = logging.getLogger("sunk.gangs")
+
+
+class PodApplier(Protocol):
+    """What a gang's steps need of the executor that owns this part: a member's actions
+    applied as a Pod's, and the executor's binder and submitter."""
+
+    binder: Binder
+    submitter: Submitter
+
+    async def apply_pod(self, pod: kube.Obj, record: PodRecord,
+                        actions: Iterable[do.PodAction], *, tries: int = 0
+                        ) -> do.RetryLater | None: ...
+
+    async def cancel(self, job_id: int, key: str, why: str) -> None: ...
+
+    def record(self, pod: kube.Obj) -> PodRecord: ...
+
+    def write_job_id_soon(self, pod: kube.Obj, job_id: int) -> None: ...
 
 
 class GangExecutor:
     """A gang's steps, in order: ``(None, action)`` is the gang's, ``(Pod key, action)`` one
     member's (applied as a Pod's, each Event told once)."""
 
-    def __init__(self, executor: Executor, memory: PodMemory) -> None:
+    def __init__(self, executor: PodApplier, memory: PodMemory) -> None:
         self.executor = executor
         self.memory = memory
 
