@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from sunk.kube import Client
+from sunk.slurm.text import expand_hostlist
 from testbed import cluster, errors
 from testbed.topology import SLURM_NAMESPACE
 from tests.e2e.conftest import RunningScheduler, start_scheduler
@@ -143,7 +144,7 @@ async def test_every_annotation_reaches_its_job_field(
             if isinstance(got, dict) and "number" in got:
                 got = got["number"]
             if key == "excluded-nodes":  # ours plus any the scheduler excluded for placement
-                got = ",".join(n for n in got.split(",") if n in ("h100-000", "a100-001"))
+                got = ",".join(n for n in expand_hostlist(got) if n in ("h100-000", "a100-001"))
             if got != expected:
                 wrong.append(f"{key}={value!r}: job {field} is {got!r}, expected {expected!r}")
             if key == "user-id":
