@@ -865,3 +865,22 @@ def test_a_write_is_checked_against_the_watch_that_confirms_it(bed: Bed) -> None
     assert bed.cluster.watched("pods", other) is None
     assert bed.cluster.watched("nodes", node) is node
     assert bed.cluster.watched("namespaces", node) is None
+
+
+async def test_a_gang_member_without_room_waits_for_room_while_the_rest_are_bound(
+        bed: Bed) -> None:
+    """Each member's room is reserved with its binding, all at once: one Node cannot take both
+    members, so the second waits for room (handed back, not raised) and the first is bound."""
+    add_node(bed, cpu="4")
+    members = {}
+    for i in range(2):
+        member = needing("3", f"aaaa-000{i}")
+        member["metadata"]["name"] = f"p{i}"
+        members[f"ns/p{i}"] = member
+    later = await bed.executor.gangs.apply("gang-id", gang_record(), members, [
+        step for key in members for step in (
+            (key, do.Reserve("node-a")), (key, do.Bind("node-a", "slurm-1", 50)))])
+    assert later is not None and later.room and "cpu: needs 3, 1 of 4 left" in later.why
+    assert [p for m, p, _ in bed.kube.seen if m == "POST" and p.endswith("/binding")] == [
+        "/api/v1/namespaces/ns/pods/p0/binding"]
+    assert bed.cluster.usage.used("node-a")["cpu"] == 3000, "the second holds nothing"
