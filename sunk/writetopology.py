@@ -17,7 +17,7 @@ import os
 import sys
 from pathlib import Path
 
-from sunk import kube
+from sunk import kube, objects
 from sunk.model.nodeindex import NodeIndex
 from sunk.plans import topology
 
@@ -28,8 +28,8 @@ async def pairs(api: kube.Client, *, label: str, slurmd_namespace: str | None,
     nodes = await api.request("GET", "nodes")
     slurmd = await api.request("GET", "pods", namespace=slurmd_namespace,
                                params={"labelSelector": slurmd_selector})
-    labels = {n["metadata"]["name"]: (n["metadata"].get("labels") or {})
-              for n in nodes.get("items") or []}
+    labels = {meta.name: meta.labels
+              for meta in (objects.node(n).metadata for n in nodes.get("items") or [])}
     index = NodeIndex.build(slurmd.get("items") or [])
     return [(slurm_node, labels.get(k8s_node, {}).get(label))
             for slurm_node, k8s_node in sorted(index.to_k8s.items())]

@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from sunk import kube
+from sunk import kube, objects
 from sunk.apply.background import Background
 from sunk.apply.ports import KubePort
 from sunk.model.cluster import Cluster
 
 log = logging.getLogger("sunk.apply.executor")
+
+#: A Pod -> the status (condition, nominated Node) its next write of annotations carries.
+RideAlong = Callable[[kube.Obj], tuple[Mapping[str, Any], str] | None]
 
 #: The first wait before a background write of annotations is tried again (doubling to 30 s).
 ANNOTATE_RETRY = 0.5
@@ -62,10 +66,14 @@ class DelayedWrite:
 class AnnotationWriter:
     """Writes Pods' annotations, each Pod's in order, and records them in the assume cache."""
 
-    def __init__(self, cluster: Cluster, kube_port: KubePort, background: Background) -> None:
+    def __init__(self, cluster: Cluster, kube_port: KubePort, background: Background, *,
+                 ride_along: RideAlong | None = None) -> None:
+        """``ride_along``: what a Pod's delayed job-id write also carries (why it waits:
+        :meth:`sunk.apply.waiting.WaitingWriter.ride_along`)."""
         self.cluster = cluster
         self.kube = kube_port
         self.background = background
+        self.ride_along = ride_along
         #: Pod uid -> the newest write of its annotations still going on in the background.
         self._writing: dict[str, asyncio.Task[None]] = {}
         #: Pod uid -> its job id waiting out JOB_ID_WAIT (a binding may carry it).
@@ -76,14 +84,14 @@ class AnnotationWriter:
 
     async def write(self, pod: kube.Obj, annotations: Mapping[str, str | None]) -> None:
         """Write ``annotations`` now, after any of the Pod's writes still in the background."""
-        meta = pod["metadata"]
-        if (writing := self._writing.get(meta["uid"])) is not None:
-            self._hurry(meta["uid"])
+        meta = objects.pod(pod).metadata
+        if (writing := self._writing.get(meta.uid)) is not None:
+            self._hurry(meta.uid)
             await asyncio.wait([writing])  # a Pod's writes land in the order they were made
-        if self.cluster.assumed.still_assumed(meta["uid"], annotations):
+        if self.cluster.assumed.still_assumed(meta.uid, annotations):
             return  # written already; the watch has not brought it back yet
-        version = await self.kube.annotate("pods", meta["namespace"], meta["name"], annotations)
-        self.cluster.assumed.wrote_annotations(meta["uid"], annotations, version,
+        version = await self.kube.annotate("pods", meta.namespace, meta.name, annotations)
+        self.cluster.assumed.wrote_annotations(meta.uid, annotations, version,
                                                watched=self.cluster.watched("pods", pod))
 
     def write_soon(self, pod: kube.Obj, annotations: Mapping[str, str | None], *,
@@ -94,7 +102,7 @@ class AnnotationWriter:
         had started. Tried again until written, or the Pod is gone; a Pod's writes land in the
         order they were made. ``wait``: not before :data:`JOB_ID_WAIT`, unless hurried; a
         binding before then carries them."""
-        uid = pod["metadata"]["uid"]
+        uid = objects.pod(pod).metadata.uid
         self.cluster.assumed.assume_annotations(uid, annotations)
         self._hurry(uid)  # an older value waiting: replaced by this one, it writes nothing
         after = self._writing.get(uid)
@@ -116,18 +124,18 @@ class AnnotationWriter:
     def carried_by_binding(self, pod: kube.Obj) -> dict[str, str | None]:
         """The Pod's delayed job id, taken for its binding to carry (empty: none, or one a
         binding cannot carry: a binding sets annotations, it cannot remove one)."""
-        meta = pod["metadata"]
-        delayed = self._delayed.get(meta["uid"])
+        meta = objects.pod(pod).metadata
+        delayed = self._delayed.get(meta.uid)
         if delayed is None:
             return {}
         delayed.hurry()  # bound now: nothing more to wait for
-        present = [meta.get("annotations") or {},  # as the reconcile read it, and as watched
-                   ((self.cluster.watched("pods", pod) or {}).get("metadata") or {}).get(
-                       "annotations") or {}]
+        watched = self.cluster.watched("pods", pod)
+        present = [meta.annotations,  # as the reconcile read it, and as watched
+                   objects.pod(watched).metadata.annotations if watched is not None else {}]
         if not delayed.alone or any(value is None and any(key in p for p in present)
                                     for key, value in delayed.annotations.items()):
             return {}  # written on its own, at once
-        self._drop_delayed(meta["uid"], delayed)
+        self._drop_delayed(meta.uid, delayed)
         delayed.taken = True
         return delayed.annotations
 
@@ -142,14 +150,16 @@ class AnnotationWriter:
     async def _write_in_background(self, pod: kube.Obj, annotations: dict[str, str | None], *,
                                    after: asyncio.Task[None] | None,
                                    delayed: DelayedWrite | None = None) -> None:
-        meta = pod["metadata"]
-        uid = meta["uid"]
+        meta = objects.pod(pod).metadata
+        uid = meta.uid
         if after is not None:
             await asyncio.wait([after])
         try:
+            status = None
             if delayed is not None:
                 delayed.alone = True
                 await delayed.due
+                status = self.ride_along(pod) if self.ride_along is not None else None
             delay = ANNOTATE_RETRY
             while self.cluster.assumed.still_assumed(uid, annotations):
                 try:
@@ -162,13 +172,15 @@ class AnnotationWriter:
                             self._drop_delayed(uid, delayed)
                         if not self.cluster.assumed.still_assumed(uid, annotations):
                             return  # replaced, or the Pod gone, while waiting for the slot
-                        version = await self.kube.annotate("pods", meta["namespace"],
-                                                           meta["name"], annotations)
+                        version = await (
+                            self.kube.annotate("pods", meta.namespace, meta.name, annotations)
+                            if status is None else
+                            self.kube.annotate_showing_waiting(pod, annotations, *status))
                 except Exception as exc:  # whatever failed, the job id must not stay unwritten
                     if isinstance(exc, kube.KubeError) and exc.status == 404:
                         return  # the Pod is gone: its DELETED event forgets what was assumed
                     log.warning("pod %s: writing %s failed: %s (again in %.1fs)",
-                                kube.key(pod), ", ".join(annotations), exc, delay,
+                                meta.key, ", ".join(annotations), exc, delay,
                                 exc_info=not isinstance(exc, kube.KubeError))
                     await asyncio.sleep(delay)
                     delay = min(30.0, 2 * delay)

@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from sunk import kube
+from sunk import kube, objects
 from sunk.apply.annotations import AnnotationWriter
 from sunk.apply.background import PodEvents
 from sunk.apply.ports import KubePort
@@ -62,24 +62,24 @@ class Binder:
                    events: list[Callable[[], None]] | None = None) -> None:
         """Bind a Pod whose room is reserved (:meth:`reserve`); a failed binding releases it.
         Its Scheduled Event is sent at once, or left in ``events`` for the caller."""
+        meta = objects.pod(pod).metadata
         carried = self.annotator.carried_by_binding(pod)
         written = {**carried, **(annotations or {})}
         if self.owned.job_id in written:  # (a gang's) with the uid it is for, whatever goes first
-            written.setdefault(self.owned.pod_uid, pod["metadata"]["uid"])
+            written.setdefault(self.owned.pod_uid, meta.uid)
         try:
             await self.kube.bind(pod, k8s_node, {
                 key: value for key, value in written.items() if value is not None})
         except BaseException as exc:
             self.cluster.usage.binding_failed(pod)  # not bound: the reservation is released
             if carried and isinstance(exc, Exception) and self.cluster.assumed.still_assumed(
-                    pod["metadata"]["uid"], carried):  # (not when shutting down: cancelled)
+                    meta.uid, carried):  # (not when shutting down: cancelled)
                 self.annotator.write_soon(pod, carried)  # not carried after all: on its own
             raise
         watched = self.cluster.watched("pods", pod)
-        self.cluster.assumed.bound(pod["metadata"]["uid"], watched=watched)
+        self.cluster.assumed.bound(meta.uid, watched=watched)
         if written:
-            self.cluster.assumed.wrote_annotations(pod["metadata"]["uid"], written,
-                                                   watched=watched)
+            self.cluster.assumed.wrote_annotations(meta.uid, written, watched=watched)
         record.bound_at = time.time()
         record.k8s_node = k8s_node
         if self.cluster.state.not_counted.pop(slurm_node, None) is not None:
@@ -87,15 +87,15 @@ class Binder:
             self.memory.told_not_counted.pop(k8s_node, None)
         metrics.PODS_BOUND.inc()
         if record.time_to_bound is not None:
-            metrics.BIND_LATENCY.observe(record.time_to_bound)
-        log.info("pod %s: bound to %s (Slurm node %s)%s", kube.key(pod), k8s_node, slurm_node,
+            metrics.child(metrics.BIND_LATENCY, meta.namespace).observe(record.time_to_bound)
+        log.info("pod %s: bound to %s (Slurm node %s)%s", meta.key, k8s_node, slurm_node,
                  self._timings(job_id))
         job = self.cluster.jobs.get(job_id)
         account, qos = account_and_qos(job)
         if not (account and qos):  # the job as submitted, unpacked only when Slurm's is silent
             account, qos = account_and_qos(job, record.job_description)
         send = functools.partial(self.events.send, pod, record, "Scheduled", scheduled_message(
-            kube.key(pod), k8s_node, slurm_node, job_id, account=account, qos=qos))
+            meta.key, k8s_node, slurm_node, job_id, account=account, qos=qos))
         if events is None:
             send()
         else:

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
-from sunk import kube
+from sunk import kube, objects
 from sunk.apply.annotations import AnnotationWriter
 from sunk.apply.background import Background, PodEvents
 from sunk.apply.binding import Binder
@@ -30,11 +30,12 @@ from sunk.apply.gangs import GangExecutor
 from sunk.apply.nodeexecutor import NodeExecutor
 from sunk.apply.ports import KubePort, SlurmPort
 from sunk.apply.submissions import JobRecorder, Submitter
+from sunk.apply.waiting import WaitingWriter
 from sunk.model.cluster import Cluster
 from sunk.model.podmemory import PodMemory, PodMemoryView
 from sunk.model.state import PodRecord
 from sunk.plans import actions as do
-from sunk.plans import ownership
+from sunk.plans import ownership, waiting
 from sunk.plans.nodeplan import NodeFacts
 from sunk.runtime import metrics
 from sunk.slurm.client import SlurmError
@@ -58,7 +59,9 @@ class Executor:
         self.background = Background()
         self._background = self.background.tasks  # what a test waits for
         self.events = PodEvents(kube_port, self.background)
-        self.annotator = AnnotationWriter(cluster, kube_port, self.background)
+        self.waiting = WaitingWriter(cluster, kube_port, self._memory, self.background)
+        self.annotator = AnnotationWriter(cluster, kube_port, self.background,
+                                          ride_along=self.waiting.ride_along)
         self.submitter = Submitter(cluster, slurm, credential=credential,
                                    jobs=jobs)
         self.binder = Binder(cluster, kube_port, self.annotator, self._memory, self.events,
@@ -89,7 +92,8 @@ class Executor:
                         ) -> do.RetryLater | None:
         """Apply one Pod's plan in order, up to a wait, which is handed back (the room a
         ``Reserve`` finds gone is one). ``tries``: failed reconciles of it so far."""
-        uid = pod["metadata"]["uid"]
+        meta = objects.pod(pod).metadata
+        uid = meta.uid
         for action in actions:
             match action:
                 case do.PodEvent(reason, message, warning):
@@ -98,14 +102,14 @@ class Executor:
                     self._memory.told_ignored.add(uid)
                     metrics.ANNOTATIONS_IGNORED.inc()
                     log.warning("pod %s: ignored scheduler-owned annotations: %s",
-                                kube.key(pod), message)
+                                meta.key, message)
                     self.pod_event(pod, record, "IgnoredAnnotations", message, warning=True)
                 case do.Replace(lost_job):
                     self._memory.replaced.setdefault(uid, set()).add(lost_job)
                 case do.Refit(job_id, why):
                     self._memory.refitted.setdefault(uid, set()).add(job_id)
                     metrics.REFITS.inc()
-                    await self.cancel(job_id, kube.key(pod), why)
+                    await self.cancel(job_id, meta.key, why)
                 case do.ReportNotCounted():
                     self._report_not_counted(action)
                 case do.Annotate(annotations, note):
@@ -122,10 +126,12 @@ class Executor:
                 case do.Bind(k8s_node, slurm_node, job_id):
                     await self.binder.bind(pod, record, k8s_node, slurm_node, job_id)
                 case do.CancelJob(job_id, why):
-                    await self.cancel(job_id, kube.key(pod), why)
+                    await self.cancel(job_id, meta.key, why)
                 case do.DeletePod(why, reason):
                     await self._delete_pod(pod, record, why, reason)
-                case do.RetryLater():
+                case do.RetryLater(show=show):
+                    if show is not None:
+                        self.waiting.show(pod, show)
                     return action
         return None
 
@@ -162,21 +168,22 @@ class Executor:
 
     async def _submit(self, pod: kube.Obj, record: PodRecord, job: dict[str, Any], *,
                       tries: int) -> None:
-        meta = pod["metadata"]
+        meta = objects.pod(pod).metadata
         record.job_description = job  # shown on the dashboard: the submitter adds the credential
         try:
-            job_id = await self.submitter.submit(meta["uid"], job)
+            job_id = await self.submitter.submit(meta.uid, job)
         except SlurmError as exc:
             if exc.permanent:
                 await self._reject(pod, record, "SlurmRefused",
                                    f"Slurm refused the job: {exc.slurm_message}")
                 return
+            why = (f"Slurm did not take the job (try {tries + 1}, retrying with backoff): "
+                   f"{exc.slurm_message}")
             if tries & (tries - 1) == 0:  # the 1st, 2nd, 4th, 8th... failure: not every retry
-                self.pod_event(pod, record, "SubmitFailed",
-                               f"Slurm did not take the job (try {tries + 1}, retrying "
-                               f"with backoff): {exc.slurm_message}", warning=True)
+                self.pod_event(pod, record, "SubmitFailed", why, warning=True)
+            self.waiting.show(pod, waiting.scheduler_error(why))
             raise
-        log.info("pod %s: submitted job %d", kube.key(pod), job_id)
+        log.info("pod %s: submitted job %d", meta.key, job_id)
         record.job_id = job_id  # the dashboard's line: the echo of the job id may not be looked at
         self.write_job_id_soon(pod, job_id)
         record.note("JobSubmitted", f"Slurm job {job_id}")
@@ -185,16 +192,19 @@ class Executor:
         """A new job's id onto its Pod (a gang member's alike): believed at once, written after
         :data:`~sunk.apply.annotations.JOB_ID_WAIT` unless the Pod's binding carries it."""
         self.annotator.write_soon(pod, {self.owned.job_id: str(job_id),
-                                        self.owned.pod_uid: pod["metadata"]["uid"],
+                                        self.owned.pod_uid: objects.pod(pod).metadata.uid,
                                         self.owned.rejected: None}, wait=True)
 
     async def _reject(self, pod: kube.Obj, record: PodRecord, reason: str, message: str) -> None:
         metrics.PODS_REJECTED.inc()
         record.rejected = f"{reason}: {message}"
+        meta = objects.pod(pod).metadata
         self.pod_event(pod, record, reason, message, warning=True)
+        self.waiting.show(pod, (waiting.scheduler_error if reason == "SlurmRefused"
+                                else waiting.unschedulable)(f"{reason}: {message}"))
         await self.annotator.write(pod, {self.owned.rejected: reason, self.owned.job_id: None,
-                                         self.owned.pod_uid: pod["metadata"]["uid"]})
-        log.info("pod %s rejected: %s: %s", kube.key(pod), reason, message)
+                                         self.owned.pod_uid: meta.uid})
+        log.info("pod %s rejected: %s: %s", meta.key, reason, message)
 
     async def cancel(self, job_id: int, key: str, why: str) -> None:
         await self.slurm.cancel(job_id)
@@ -210,9 +220,8 @@ class Executor:
 
     def record(self, pod: kube.Obj) -> PodRecord:
         """The Pod's line on the dashboard."""
-        meta = pod["metadata"]
-        return self.cluster.state.record(meta["namespace"], meta["name"], meta["uid"],
-                                         kube.created(pod))
+        meta = objects.pod(pod).metadata
+        return self.cluster.state.record(meta.namespace, meta.name, meta.uid, kube.created(pod))
 
     # -- a node (sunk.apply.nodeexecutor) ---------------------------------------------------------
     async def apply_node(self, facts: NodeFacts, node: kube.Obj, slurmd: kube.Obj,

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from sunk import kube
+from sunk import kube, objects
 from sunk.apply.binding import Binder
 from sunk.apply.submissions import Submitter
 from sunk.model.podmemory import PodMemory
@@ -82,7 +82,7 @@ class GangExecutor:
     async def _apply_member(self, pod: kube.Obj, action: do.PodAction
                             ) -> do.RetryLater | None:
         if isinstance(action, do.PodEvent):
-            told = self.memory.told_gang.setdefault(pod["metadata"]["uid"], set())
+            told = self.memory.told_gang.setdefault(objects.pod(pod).metadata.uid, set())
             if (action.reason, action.message) in told:
                 return None
             told.add((action.reason, action.message))

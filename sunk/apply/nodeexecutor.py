@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sunk import kube
+from sunk import kube, objects
 from sunk.apply.background import Background
 from sunk.apply.ports import KubePort, SlurmPort
 from sunk.model.cluster import Cluster
@@ -60,10 +60,10 @@ class NodeExecutor:
                     self._show_capacity(facts, node, mismatch, text)
 
     async def _annotate(self, obj: kube.Obj, kind: str, annotations: Any) -> None:
-        meta = obj["metadata"]
-        version = await self.kube.annotate(kind, meta.get("namespace"), meta["name"],
-                                           annotations)
-        self.cluster.assumed.wrote_annotations(meta.get("uid", ""), annotations, version,
+        """``annotations`` written on ``obj``, the slurmd Pod (``pods``) or its Node (``nodes``)."""
+        meta = (objects.node(obj) if kind == "nodes" else objects.pod(obj)).metadata
+        version = await self.kube.annotate(kind, meta.namespace or None, meta.name, annotations)
+        self.cluster.assumed.wrote_annotations(meta.uid, annotations, version,
                                                watched=self.cluster.watched(kind, obj))
 
     def node_event(self, node: kube.Obj, reason: str, message: str, *,
@@ -72,12 +72,12 @@ class NodeExecutor:
                                   warning=warning))
 
     async def _set_lock_taint(self, node: kube.Obj, present: bool) -> None:
-        taints = [t for t in (node.get("spec") or {}).get("taints") or []
-                  if t.get("key") != LOCK_KEY]
+        typed = objects.node(node)
+        taints = [t for t in typed.spec.taints if t.get("key") != LOCK_KEY]
         if present:
             taints.append(dict(LOCK_TAINT_SPEC))
         version = await self.kube.set_taints(node, taints)
-        self.cluster.assumed.set_taint(node["metadata"].get("uid", ""), LOCK_KEY, present,
+        self.cluster.assumed.set_taint(typed.metadata.uid, LOCK_KEY, present,
                                        version, watched=self.cluster.watched("nodes", node))
 
     async def _set_lock_state(self, facts: NodeFacts, node: kube.Obj, slurmd: kube.Obj,

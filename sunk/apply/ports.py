@@ -11,7 +11,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
-from sunk import kube
+from sunk import kube, objects
 from sunk.slurm.job import Job
 
 Obj = dict[str, Any]
@@ -41,6 +41,15 @@ class KubePort(Protocol):
 
     async def event(self, obj: Obj, *, kind: str, reason: str, message: str,
                     warning: bool) -> None: ...
+
+    async def show_waiting(self, pod: Obj, condition: Mapping[str, Any], nominated: str) -> None:
+        """Patch the Pod's ``PodScheduled`` condition and ``nominatedNodeName`` ("": none)."""
+        ...
+
+    async def annotate_showing_waiting(self, pod: Obj, annotations: Mapping[str, str | None],
+                                       condition: Mapping[str, Any], nominated: str) -> str:
+        """:meth:`annotate` and :meth:`show_waiting` in one write; the Pod's resourceVersion."""
+        ...
 
     async def set_taints(self, node: Obj, taints: list[dict[str, Any]]) -> str:
         """Replace the Node's taints (compare-and-swap); the Node's new resourceVersion."""
@@ -72,6 +81,7 @@ class KubeAPI:
         self.api = api
         self.component = component
         self._event_slots = asyncio.Semaphore(events_in_flight)
+        self._status_slots = asyncio.Semaphore(events_in_flight)
         self._events_waiting = 0
         self._events_waiting_max = events_waiting_max
         self.events_dropped = 0
@@ -79,7 +89,9 @@ class KubeAPI:
     async def annotate(self, kind: str, namespace: str | None, name: str,
                        annotations: Mapping[str, str | None]) -> str:
         patched = await kube.annotate(self.api, kind, namespace, name, dict(annotations))
-        return str((patched.get("metadata") or {}).get("resourceVersion", ""))
+        # the object as patched: a Node or a Pod
+        typed = objects.node(patched) if kind == "nodes" else objects.pod(patched)
+        return typed.metadata.resource_version
 
     async def bind(self, pod: Obj, node: str,
                    annotations: Mapping[str, str] | None = None) -> None:
@@ -93,10 +105,10 @@ class KubeAPI:
         if self._events_waiting >= self._events_waiting_max:
             self.events_dropped += 1
             if self.events_dropped & (self.events_dropped - 1) == 0:  # 1st, 2nd, 4th, ...
-                log.warning("%d Events dropped so far (%s on %s/%s the newest): %d wait for "
+                meta = (objects.node(obj) if kind == "Node" else objects.pod(obj)).metadata
+                log.warning("%d Events dropped so far (%s on %s the newest): %d wait for "
                             "the API server to take them", self.events_dropped, reason,
-                            (obj.get("metadata") or {}).get("namespace"),
-                            (obj.get("metadata") or {}).get("name"), self._events_waiting)
+                            meta.key, self._events_waiting)
             return
         self._events_waiting += 1
         try:
@@ -109,11 +121,21 @@ class KubeAPI:
         finally:
             self._event_slots.release()
 
+    async def show_waiting(self, pod: Obj, condition: Mapping[str, Any], nominated: str) -> None:
+        async with self._status_slots:  # a courtesy as an Event is: as few at once
+            await kube.show_waiting(self.api, pod, condition, nominated)
+
+    async def annotate_showing_waiting(self, pod: Obj, annotations: Mapping[str, str | None],
+                                       condition: Mapping[str, Any], nominated: str) -> str:
+        written = await kube.annotate_showing_waiting(self.api, pod, annotations, condition,
+                                                      nominated)
+        return objects.pod(written).metadata.resource_version
+
     async def set_taints(self, node: Obj, taints: list[dict[str, Any]]) -> str:
-        meta = node["metadata"]
+        meta = objects.node(node).metadata
         # resourceVersion makes this a compare-and-swap: a concurrent taint change is not lost.
-        written = await kube.set_taints(self.api, meta["name"], meta["resourceVersion"], taints)
-        return str((written.get("metadata") or {}).get("resourceVersion", ""))
+        written = await kube.set_taints(self.api, meta.name, meta.resource_version, taints)
+        return objects.node(written).metadata.resource_version
 
     async def evict(self, namespace: str, name: str) -> bool:
         return await kube.evict(self.api, namespace, name)

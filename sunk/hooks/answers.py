@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
-from sunk import kube
+from sunk import kube, objects
 from sunk.apply.executor import Executor
 from sunk.hooks.auth import HookRefused, job_owner
 from sunk.hooks.inflight import waiting
@@ -60,7 +60,7 @@ class HookAnswers:
             return None
         if who.gang:  # members that ended hold nothing: not deleted, not waited for
             return who, [p for p in self.cluster.gang_members(who)
-                         if (p.get("status") or {}).get("phase") not in TERMINAL]
+                         if objects.pod(p).status.phase not in TERMINAL]
         if job_id in self.executor.memory.refitted.get(who.uid, ()):
             return who, []  # cancelled to go elsewhere: its Pod is no longer this job's
         pod = self.cluster.pod_of(who)
@@ -100,11 +100,12 @@ class HookAnswers:
         if not pods:
             return who.key, True
         for pod in pods:
-            if pod["metadata"].get("deletionTimestamp"):
+            meta = objects.pod(pod).metadata
+            if meta.terminating:
                 continue
-            async with answering(f"deleting Pod {kube.key(pod)}"):
+            async with answering(f"deleting Pod {meta.key}"):
                 await self.executor.kube.delete_pod(pod)
-            self.executor.pod_event(pod, self.cluster.state.pods.get(kube.key(pod)),
+            self.executor.pod_event(pod, self.cluster.state.pods.get(meta.key),
                                     "SlurmJobTerminating",
                                     f"Slurm is ending job {job_id} on {node}; deleting the Pod"
                                     + (f" and the rest of gang {who.name}" if who.gang else ""),
@@ -162,19 +163,20 @@ class HookAnswers:
             return who.key, True
         from_k8s = self.cluster.index().from_k8s
         for pod in pods:
+            typed = objects.pod(pod)
             here = node
             if who.gang:  # the node its member is bound to, if it is one of the job's
-                hosted = from_k8s.get((pod.get("spec") or {}).get("nodeName") or "", ())
+                hosted = from_k8s.get(typed.spec.node_name, ())
                 ours = [n for n in hosted if n in allocated]
                 if not ours:
                     continue
                 here = ours[0]
-            reason = (f"sunk: Pod {kube.key(pod)} still terminating at KillWait (job "
+            reason = (f"sunk: Pod {typed.metadata.key} still terminating at KillWait (job "
                       f"{job_id}); drained so nothing else lands here")
             async with answering(f"draining {here}"):
                 await self.executor.slurm.update_node(here, {"state": ["DRAIN"],
                                                              "reason": reason})
-            self.executor.pod_event(pod, self.cluster.state.pods.get(kube.key(pod)),
+            self.executor.pod_event(pod, self.cluster.state.pods.get(typed.metadata.key),
                                     "SlurmNodeDrained", f"{here}: {reason}", warning=True)
             log.warning("drained Slurm node %s: %s", here, reason)
         return who.key, False
@@ -190,7 +192,7 @@ class HookAnswers:
         for pod in pods:  # a gang's job waits for every member
             left = max(0.0, deadline - time.monotonic())
             with waiting():  # a hook's long poll: not at work meanwhile
-                gone = await self.cluster.wait_pod_gone(pod["metadata"]["uid"], left)
+                gone = await self.cluster.wait_pod_gone(objects.pod(pod).metadata.uid, left)
             if not gone:
                 return who.key, False
         return who.key, True

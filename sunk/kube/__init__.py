@@ -20,7 +20,16 @@ from sunk.kube.client import (
 )
 from sunk.kube.informer import Handler, Informer, Subset, created, key
 from sunk.kube.trim import trim_pod
-from sunk.kube.writes import annotate, bind, delete_pod, event, evict, set_taints
+from sunk.kube.writes import (
+    annotate,
+    annotate_showing_waiting,
+    bind,
+    delete_pod,
+    event,
+    evict,
+    set_taints,
+    show_waiting,
+)
 
 __all__ = [
     "UNREACHABLE",
@@ -32,6 +41,7 @@ __all__ = [
     "Obj",
     "Subset",
     "annotate",
+    "annotate_showing_waiting",
     "api_path",
     "bind",
     "close",
@@ -45,5 +55,6 @@ __all__ = [
     "load_credentials",
     "request",
     "set_taints",
+    "show_waiting",
     "trim_pod",
 ]

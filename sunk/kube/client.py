@@ -250,11 +250,13 @@ class Client:
         return _decoded(answer, _decode)
 
     async def write(self, method: str, url: str, *, namespace: str | None = None,
-                    version: str = "v1", json: Mapping[str, object] | None = None) -> None:
+                    version: str = "v1", json: Mapping[str, object] | None = None,
+                    headers: Mapping[str, str] | None = None) -> None:
         """One call whose answer is not needed (an Event, a Binding): only an error answer is
         read, and raises KubeError as :meth:`request` does. Two of a Pod's calls, whose
         answers were decoded for nothing."""
-        answer = await self.send(method, url, namespace=namespace, version=version, json=json)
+        answer = await self.send(method, url, namespace=namespace, version=version, json=json,
+                                 headers=headers)
         if answer.is_error:
             _decoded(answer, _decode)
 

@@ -12,10 +12,12 @@ import datetime
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgspec
 
 from sunk.kube.client import Client, KubeError, Obj
+from sunk.objects import Decoded
 
 log = logging.getLogger("sunk.kube")
 
@@ -66,10 +68,13 @@ class Informer:
     def __init__(self, api: Client, resource: str, *, namespace: str | None = None,
                  version: str = "v1", label_selector: str | None = None,
                  field_selector: str | None = None, handler: Handler | None = None,
-                 trim: Callable[[Obj], Obj] = _slim) -> None:
+                 trim: Callable[[Obj], Obj] = _slim,
+                 decoded: Decoded[Any] | None = None) -> None:
         self.api, self.resource, self.namespace, self.version = api, resource, namespace, version
         #: What the cache keeps of each object (by default all but managedFields).
         self.trim = trim
+        #: Where the typed fields of each cached object are kept (Pods and Nodes).
+        self.decoded = decoded
         self.params = {k: v for k, v in (("labelSelector", label_selector),
                                          ("fieldSelector", field_selector)) if v}
         self.handler = handler
@@ -98,6 +103,11 @@ class Informer:
                 obj = self.trim(obj)
                 fresh[key(obj)] = obj
         gone = [o for k, o in self.cache.items() if k not in fresh]
+        if self.decoded is not None:
+            for obj in self.cache.values():
+                self.decoded.drop(obj)
+            for obj in fresh.values():
+                self.decoded.keep(obj)
         self.cache = fresh
         self.generation += 1
         events = [*(("DELETED", o) for o in gone), *(("ADDED", o) for o in fresh.values())]
@@ -138,9 +148,15 @@ class Informer:
                 obj = self.trim(obj)
                 if kind != "BOOKMARK":
                     if kind == "DELETED":
-                        self.cache.pop(key(obj), None)
+                        old = self.cache.pop(key(obj), None)
                     else:
+                        old = self.cache.get(key(obj))
                         self.cache[key(obj)] = obj
+                    if self.decoded is not None:
+                        if old is not None:
+                            self.decoded.drop(old)
+                        if kind != "DELETED":
+                            self.decoded.keep(obj)
                     self.generation += 1
                     await self._emit(kind, obj)
                 # only once handled: an event whose handler failed comes again

@@ -14,6 +14,8 @@ from sunk.kube.client import Client, KubeError, Obj
 log = logging.getLogger("sunk.kube")
 
 MERGE_PATCH = {"Content-Type": "application/merge-patch+json"}
+#: A strategic merge patch: a Pod's conditions merge by their type.
+STRATEGIC_PATCH = {"Content-Type": "application/strategic-merge-patch+json"}
 
 
 class ObjectMeta(TypedDict, total=False):
@@ -146,6 +148,34 @@ async def annotate(api: Client, kind: str, namespace: str | None, name: str,
     body: MetadataPatch = {"metadata": {"annotations": annotations}}
     return await api.request("PATCH", f"{kind}/{name}", namespace=namespace, json=body,
                              headers=MERGE_PATCH)
+
+
+def waiting_body(uid: str, condition: Mapping[str, Any], nominated: str) -> Obj:
+    """The status patch that says why a Pod waits: its ``PodScheduled`` condition (the other
+    conditions are kept: they merge by type) and ``nominatedNodeName`` (removed when "").
+    The uid makes it a precondition: a Pod recreated under the same name is not written."""
+    return {"metadata": {"uid": uid},
+            "status": {"conditions": [dict(condition)], "nominatedNodeName": nominated or None}}
+
+
+async def show_waiting(api: Client, pod: Obj, condition: Mapping[str, Any],
+                       nominated: str) -> None:
+    """Patch the Pod's status as kube-scheduler does for a Pod it cannot place yet."""
+    meta = pod["metadata"]
+    await api.write("PATCH", f"pods/{meta['name']}/status", namespace=meta["namespace"],
+                    json=waiting_body(meta["uid"], condition, nominated),
+                    headers=STRATEGIC_PATCH)
+
+
+async def annotate_showing_waiting(api: Client, pod: Obj, annotations: Mapping[str, str | None],
+                                   condition: Mapping[str, Any], nominated: str) -> Obj:
+    """Annotations (None removes one) and why the Pod waits, in one write: the status
+    subresource takes the Pod's metadata too. The Pod as written."""
+    meta = pod["metadata"]
+    body = waiting_body(meta["uid"], condition, nominated)
+    body["metadata"]["annotations"] = dict(annotations)
+    return await api.request("PATCH", f"pods/{meta['name']}/status", namespace=meta["namespace"],
+                             json=body, headers=STRATEGIC_PATCH)
 
 
 async def delete_pod(api: Client, pod: Obj, *, grace: int | None = None) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 
-from sunk import kube
+from sunk import kube, objects
 from sunk.apply.executor import Executor
 from sunk.model.cluster import Cluster
 from sunk.model.slurmwatch import SlurmWatch
@@ -90,15 +90,15 @@ class GangReconciler:
             started_for = 0.0 if started is None else time.monotonic() - started
         members = {}
         for pod in pods:
-            meta = pod["metadata"]
+            typed = objects.pod(pod)
+            uid = typed.metadata.uid
             annotations = self.cluster.assumed.annotations(pod)
-            members[member_id(meta["uid"])] = gangplan.MemberFacts(
-                key=kube.key(pod), id=member_id(meta["uid"]),
-                phase=(pod.get("status") or {}).get("phase", "Pending"),
+            members[member_id(uid)] = gangplan.MemberFacts(
+                key=typed.metadata.key, id=member_id(uid), phase=typed.status.phase,
                 bound=self.cluster.assumed.is_bound(pod),
-                deleting=bool(meta.get("deletionTimestamp")),
+                deleting=typed.metadata.terminating,
                 rejected=bool(annotations.get(self.prefix + "rejected")) and annotations.get(
-                    self.prefix + "pod-uid") == meta["uid"])
+                    self.prefix + "pod-uid") == uid)
         live_created = [kube.created(p) for p in pods if _live(p)]
         return gangplan.GangFacts(
             gang=found, pods=members, job=gang_job, prefix=self.prefix,
@@ -120,7 +120,7 @@ class GangReconciler:
         for member in found.members:
             pod = pods[member.key]
             actions = await self._member_submission(pod, first_try=first_try)
-            members.append(gangplan.MemberSubmission(member.key, pod["metadata"]["name"],
+            members.append(gangplan.MemberSubmission(member.key, objects.pod(pod).metadata.name,
                                                      actions))
             if not isinstance(actions[-1], do.Submit):
                 break
@@ -130,12 +130,13 @@ class GangReconciler:
 
     async def _member_submission(self, pod: kube.Obj, *, first_try: bool
                                  ) -> tuple[do.PodAction, ...]:
-        namespace = self.cluster.namespace(pod["metadata"]["namespace"])
+        meta = objects.pod(pod).metadata
+        namespace = self.cluster.namespace(meta.namespace)
         if namespace is None:  # its watch is behind the Pod's: policies may read it
-            return (do.RetryLater(f"namespace {pod['metadata']['namespace']} not seen yet"),)
+            return (do.RetryLater(f"namespace {meta.namespace} not seen yet"),)
         whole = await self.cluster.whole_pod(pod)
         if whole is None:  # gone, or replaced by a Pod of that name: its events follow
-            return (do.RetryLater(f"pod {kube.key(pod)} is gone or was replaced"),)
+            return (do.RetryLater(f"pod {meta.key} is gone or was replaced"),)
         decision = self.policies.evaluate(whole, namespace)
         return podplan.plan_submission(pod, decision, self.cluster.snapshot(),
                                        self.translate_settings, annotation_prefix=self.prefix,
@@ -155,14 +156,14 @@ class GangReconciler:
         record.members = []
         for member in found.members:
             pod = self.cluster.pod(member.key)
-            node = ((pod or {}).get("spec") or {}).get("nodeName") or ""
-            phase = ((pod or {}).get("status") or {}).get("phase", "Pending")
+            typed = objects.pod(pod) if pod is not None else objects.Pod()
+            node, phase = typed.spec.node_name, typed.status.phase
             record.members.append(GangMember(member.key, member.rank,
                                              nodes.get(member.id, ""), node, phase))
             state.gang_of[member.key] = found.key
             if pod is not None:  # its line on the Pods page
                 line = self.executor.record(pod)
-                line.phase = "Terminating" if pod["metadata"].get("deletionTimestamp") else phase
+                line.phase = "Terminating" if typed.metadata.terminating else phase
                 line.k8s_node, line.slurm_node = node, nodes.get(member.id, "")
                 if facts.job is not None:
                     line.job_id, line.job_state = facts.job.job_id, facts.job.view.state
@@ -176,5 +177,5 @@ class GangReconciler:
 
 
 def _live(pod: kube.Obj) -> bool:
-    return not pod["metadata"].get("deletionTimestamp") and (
-        (pod.get("status") or {}).get("phase") not in gang.TERMINAL)
+    typed = objects.pod(pod)
+    return not typed.metadata.terminating and typed.status.phase not in gang.TERMINAL

@@ -8,7 +8,7 @@ Slurm only where the job table cannot say.
 
 from __future__ import annotations
 
-from sunk import kube
+from sunk import kube, objects
 from sunk.apply.executor import Executor
 from sunk.model.cluster import Cluster
 from sunk.model.slurmwatch import SlurmWatch
@@ -29,8 +29,8 @@ class PodFactReader:
     async def gather(self, pod: kube.Obj, *, tries: int = 0) -> podplan.PodFacts:
         """The facts of ``pod``'s plan (:func:`sunk.plans.podplan.plan_pod`). ``tries``: its
         failed reconciles so far."""
-        meta = pod["metadata"]
-        uid = meta.get("uid", "")
+        typed = objects.pod(pod)
+        uid = typed.metadata.uid
         unanswered = await self.unanswered(uid)
         owned = await self.ownership(pod)
         job = await self.job_view(owned.job_id, uid)
@@ -40,10 +40,10 @@ class PodFactReader:
                    and not self.cluster.assumed.is_bound(pod))
         no_room = tuple(self.cluster.room(pod, k8s_node)) if placing and k8s_node else ()
         return podplan.PodFacts(
-            key=kube.key(pod),
-            view=PodView(phase=(pod.get("status") or {}).get("phase", "Pending"),
+            key=typed.metadata.key,
+            view=PodView(phase=typed.status.phase,
                          bound=self.cluster.assumed.is_bound(pod),
-                         deleting=bool(meta.get("deletionTimestamp")),
+                         deleting=typed.metadata.terminating,
                          job_id=owned.job_id, rejected=bool(owned.rejected)),
             owned=owned, job=job,
             k8s_node=k8s_node,
@@ -71,7 +71,7 @@ class PodFactReader:
     async def ownership(self, pod: kube.Obj) -> ownership.Ownership:
         """What the Pod's scheduler-owned annotations may be believed to say
         (:mod:`sunk.plans.ownership`): its job is the one Slurm ties to its uid."""
-        uid = pod["metadata"].get("uid", "")
+        uid = objects.pod(pod).metadata.uid
         annotations = self.cluster.assumed.annotations(pod)  # with what was written, not watched
         owner_of: dict[int, str | None] = {}
         jobs = self.cluster.jobs

@@ -24,12 +24,13 @@ import logging
 from collections.abc import Sequence
 from typing import assert_never
 
-from sunk import kube
+from sunk import kube, objects
 from sunk.apply.executor import Executor
 from sunk.loops import orphans
 from sunk.loops.gangreconcile import GangReconciler
 from sunk.loops.podfacts import PodFactReader
 from sunk.loops.settled import SettledPods
+from sunk.loops.waiting import WaitingReporter
 from sunk.loops.workqueue import WorkQueue
 from sunk.model.cluster import Cluster
 from sunk.model.slurmwatch import SlurmWatch
@@ -65,6 +66,8 @@ class Scheduler:
             gpu_resource=settings.gpu_resource, gpu_model_label=settings.gpu_model_label,
             gpu_types=settings.gpu_types, kill_wait_seconds=settings.slurm_kill_wait)
         self.gangs = GangReconciler(cluster, watch, executor, policies, self.translate_settings)
+        #: Says on each Pod whose job waits in Slurm's queue why, and until when.
+        self.waiting = WaitingReporter(cluster, executor)
         #: Pods waiting for room on some Node: woken when a Pod leaves a Node.
         self._waiting_for_room: set[QueueKey] = set()
         #: What each Pod's last successful reconcile left: its echoes are not reconciled.
@@ -84,6 +87,7 @@ class Scheduler:
                 tasks.create_task(forever("polling Slurm's jobs", self.watch.poll_jobs))
                 tasks.create_task(forever("collecting orphaned jobs",
                                           lambda: orphans.collect(self.cluster, self.executor)))
+                tasks.create_task(self.waiting.run())
                 for _ in range(self.settings.workers):
                     tasks.create_task(self._work())
             # Everything built so far (modules, caches, compiled policies) lives as long as the
@@ -203,7 +207,7 @@ class Scheduler:
         if (gang_key := self.cluster.gang_of(pod)) is not None:
             self.queue.add(GangKey.parse(gang_key))  # a member changed: its gang looks again
         if kind == "DELETED":
-            uid = pod["metadata"].get("uid", "")
+            uid = objects.pod(pod).metadata.uid
             self.executor.forget_pod(uid)
             self.settled.forget(key)
             # The Pod object is gone: release its job now (reconcile no longer sees the Pod).
@@ -254,7 +258,7 @@ class Scheduler:
         if later := await self.executor.apply_pod(pod, record, steps, tries=tries):
             return later
         if gang_key is None:  # done: the watch's echo of what it wrote needs no second look
-            self.settled.keep(key, pod, *self.pod_facts.job_cached(pod["metadata"]["uid"]))
+            self.settled.keep(key, pod, *self.pod_facts.job_cached(objects.pod(pod).metadata.uid))
         return None
 
     async def _plan_submission(self, pod: kube.Obj, *, first_try: bool
@@ -262,12 +266,13 @@ class Scheduler:
         """A new job's part of the plan: the Pod's Namespace and whole object read, the
         policies' decision, then :func:`podplan.plan_submission` (or a wait while either is
         missing)."""
-        namespace = self.cluster.namespace(pod["metadata"]["namespace"])
+        meta = objects.pod(pod).metadata
+        namespace = self.cluster.namespace(meta.namespace)
         if namespace is None:  # its watch is behind the Pod's: policies may read it
-            return [do.RetryLater(f"namespace {pod['metadata']['namespace']} not seen yet")]
+            return [do.RetryLater(f"namespace {meta.namespace} not seen yet")]
         whole = await self.cluster.whole_pod(pod)
         if whole is None:  # gone, or replaced by a Pod of that name: its events follow
-            return [do.RetryLater(f"pod {kube.key(pod)} is gone or was replaced")]
+            return [do.RetryLater(f"pod {meta.key} is gone or was replaced")]
         decision = self.policies.evaluate(whole, namespace)
         return podplan.plan_submission(
             pod, decision, self.cluster.snapshot(), self.translate_settings,
@@ -275,9 +280,8 @@ class Scheduler:
 
     def _record(self, pod: kube.Obj, facts: podplan.PodFacts) -> PodRecord:
         """The Pod's line on the dashboard, brought up to date."""
-        meta, view = pod["metadata"], facts.view
-        rec = self.cluster.state.record(meta["namespace"], meta["name"], meta["uid"],
-                                        kube.created(pod))
+        meta, view = objects.pod(pod).metadata, facts.view
+        rec = self.cluster.state.record(meta.namespace, meta.name, meta.uid, kube.created(pod))
         _show_pod(rec, pod)
         rec.job_id = view.job_id
         if view.rejected:
@@ -295,9 +299,9 @@ class Scheduler:
 
 def _show_pod(rec: PodRecord, pod: kube.Obj) -> None:
     """The dashboard line's fields that come from the Pod itself."""
-    rec.phase = ("Terminating" if (pod.get("metadata") or {}).get("deletionTimestamp")
-                 else (pod.get("status") or {}).get("phase", "Pending"))
-    rec.k8s_node = (pod.get("spec") or {}).get("nodeName") or ""
+    typed = objects.pod(pod)
+    rec.phase = "Terminating" if typed.metadata.terminating else typed.status.phase
+    rec.k8s_node = typed.spec.node_name
 
 
 def _kind(key: QueueKey) -> str:

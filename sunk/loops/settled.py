@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sunk import kube
+from sunk import kube, objects
 from sunk.model.cluster import Cluster
 from sunk.plans import ownership
 from sunk.plans.decide import ENDED_PHASES, JobView, waiting
@@ -63,10 +63,11 @@ class SettledPods:
         watched on top (its job comes from Slurm, and wakes the Pod when it changes): the
         Pod's identity and spec (a spec change bumps ``generation``), whether it is deleted,
         ended or bound, and the annotations the scheduler owns."""
-        meta = pod["metadata"]
-        annotations = meta.get("annotations") or {}
-        written = self.cluster.assumed.pending_annotations(meta.get("uid", ""))
-        return (meta.get("uid"), meta.get("generation"), bool(meta.get("deletionTimestamp")),
-                (pod.get("status") or {}).get("phase") in ENDED_PHASES,
+        typed = objects.pod(pod)
+        meta = typed.metadata
+        written = self.cluster.assumed.pending_annotations(meta.uid)
+        return (meta.uid, meta.generation, meta.terminating,
+                typed.status.phase in ENDED_PHASES,
                 self.cluster.assumed.is_bound(pod),
-                *(written[k] if k in written else annotations.get(k) for k in self.owned.all))
+                *(written[k] if k in written else meta.annotations.get(k)
+                  for k in self.owned.all))

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from sunk import kube
+from sunk import kube, objects
 from sunk.apply.executor import Executor
 from sunk.hooks.inflight import waiting
 from sunk.loops.lockrequest import LockRequest, LockRequestCheck
@@ -30,10 +30,6 @@ from sunk.slurm.job import member_id
 from sunk.slurm.text import expand_hostlist
 
 log = logging.getLogger("sunk.loops.syncer")
-
-
-def _version(obj: kube.Obj) -> str:
-    return str((obj.get("metadata") or {}).get("resourceVersion"))
 
 
 class Syncer:
@@ -56,7 +52,7 @@ class Syncer:
         #: Checks each lock request against Slurm (:mod:`sunk.loops.lockrequest`).
         self.lock_check = LockRequestCheck(cluster, slurm, watch)
         #: Pod uid -> ((resourceVersion, placed by sunk), what locking needs of it).
-        self._pods_seen: dict[str, tuple[tuple[object, bool], locking.PodOnNode]] = {}
+        self._pods_seen: dict[str, tuple[tuple[str, bool], locking.PodOnNode]] = {}
         self.state_key = settings.annotation("slurm-state")
         self.reason_key = settings.annotation("slurm-reason")
         self.slurmd_selector = cluster.slurmd_selector
@@ -91,26 +87,27 @@ class Syncer:
         info = self.cluster.state.slurm_nodes.get(slurm_node, {})
         node = self.cluster.node(k8s_node) or {}
         slurmd = self.cluster.index().slurmd.get(slurm_node) or {}
-        pods = tuple(sorted((kube.key(p), p["metadata"].get("resourceVersion"))
-                            for p in self.cluster.pods_on(k8s_node)))
+        pods = tuple(sorted((p.metadata.key, p.metadata.resource_version)
+                            for p in map(objects.pod, self.cluster.pods_on(k8s_node))))
         request = self.requests.get(slurm_node)
         # a request keeps the lock for a while after its answer: when it stops, look again
         kept = request is not None and request.keeps_lock(time.monotonic())
         return (kept, tuple(info.get("state") or ()), str(info.get("reason")),
                 str(info.get("cpus")), str(info.get("real_memory")), str(info.get("gres")),
-                _version(node), _version(slurmd), pods)
+                objects.node(node).metadata.resource_version,
+                objects.pod(slurmd).metadata.resource_version, pods)
 
     def _needs_look(self, slurm_node: str, k8s_node: str) -> bool:
         """Cheap test on the caches, so a sweep of many idle nodes costs nothing."""
         info = self.cluster.state.slurm_nodes.get(slurm_node, {})
         node = self.cluster.node(k8s_node) or {}
-        annotations = (node.get("metadata") or {}).get("annotations") or {}
+        typed = objects.node(node)
         return (slurm_node in self.requests
                 or locking.slurm_node_busy(info)
                 or self._lock_state(slurm_node) is not LockState.FALSE
-                or bool((node.get("spec") or {}).get("unschedulable"))
+                or typed.spec.unschedulable
                 or bool(set(info.get("state") or []) & {"DRAIN", "DOWN"})
-                or self.state_key in annotations
+                or self.state_key in typed.metadata.annotations
                 or self.cluster.assumed.has_taint(node, LOCK_KEY)
                 or fit.describe(self._mismatch(slurm_node, k8s_node, info))
                 != self.cluster.state.capacity.get(slurm_node, ""))
@@ -140,9 +137,10 @@ class Syncer:
         again now. A node locked already is not: a Pod that changes there is seen by the next
         sweep (its fingerprint changed), and a busy node is not looked at for every event of
         the Pods Slurm places on it."""
+        typed = objects.pod(pod)
         if kind == "DELETED":
-            self._pods_seen.pop(str((pod.get("metadata") or {}).get("uid") or ""), None)
-        node_name = (pod.get("spec") or {}).get("nodeName")
+            self._pods_seen.pop(typed.metadata.uid, None)
+        node_name = typed.spec.node_name
         if not node_name or not self.requests:  # most Pod events: no lock is being taken
             return
         for slurm_node in self.cluster.index().from_k8s.get(node_name, ()):
@@ -154,10 +152,10 @@ class Syncer:
     def _pod_on_node(self, pod: kube.Obj) -> locking.PodOnNode:
         """:func:`locking.pod_on_node`, made once per version of the Pod: a node's look reads
         every Pod on it, and a busy node is looked at for every job that starts there."""
-        meta = pod.get("metadata") or {}
+        meta = objects.pod(pod).metadata
         placed = self._placed_by_sunk(pod)
-        version = (meta.get("resourceVersion"), placed)
-        seen = self._pods_seen.get(uid := str(meta.get("uid") or ""))
+        version = (meta.resource_version, placed)
+        seen = self._pods_seen.get(uid := meta.uid)
         if seen is not None and seen[0] == version:
             return seen[1]
         made = locking.pod_on_node(pod, placed_by_sunk=placed,
@@ -222,11 +220,11 @@ class Syncer:
         """Slurm accounts for this Pod: a job of ours names its uid. Without the scheduler
         component (no job table here), the scheduler's annotations, if written for this very
         Pod (the chart's admission policy lets only the scheduler write them)."""
-        meta = pod.get("metadata") or {}
-        uid = meta.get("uid")
+        meta = objects.pod(pod).metadata
+        uid = meta.uid
         if self.cluster.scheduling:
-            return self.cluster.jobs.placed(uid or "", member_id(uid or ""))
-        annotations = meta.get("annotations") or {}
+            return self.cluster.jobs.placed(uid, member_id(uid))
+        annotations = meta.annotations
         owned = self.executor.owned
         return annotations.get(owned.pod_uid) == uid and owned.job_id in annotations
 
@@ -250,7 +248,7 @@ class Syncer:
             slurm_node=slurm_node, k8s_node=k8s_node, slurm_info=slurm_info,
             lock=LockState.parse(pod_shows.get(LOCK_KEY)),
             tainted=self.cluster.assumed.has_taint(node, LOCK_KEY),
-            cordoned=bool((node.get("spec") or {}).get("unschedulable")),
+            cordoned=objects.node(node).spec.unschedulable,
             requested=request is not None and request.keeps_lock(now),
             strict=request.strict if request is not None else None,
             pods=tuple(self._pod_on_node(p) for p in self.cluster.pods_on(k8s_node)),

@@ -9,8 +9,10 @@ one: annotations (job ids, lock states, Slurm node states), bindings, and the lo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from sunk import objects
 
 #: How many deleted objects' uids are kept: more than the writes that can be in flight at once.
 DELETED_KEPT = 4096
@@ -86,8 +88,9 @@ class AssumeCache:
 
     def bound(self, uid: str, *, watched: Mapping[str, Any] | None = None) -> None:
         """``watched``: as for :meth:`wrote_annotations` (already on its Node: not assumed)."""
-        if uid in self._deleted or (_same(watched, uid) is not None and (
-                (watched or {}).get("spec") or {}).get("nodeName")):
+        seen = objects.pod(watched) if watched is not None else None
+        if uid in self._deleted or (
+                seen is not None and seen.metadata.uid == uid and seen.spec.node_name):
             return
         self._bound.add(uid)
 
@@ -97,9 +100,10 @@ class AssumeCache:
         watched object that shows it already is not assumed."""
         if uid in self._deleted:
             return
-        if (meta := _same(watched, uid)) is not None and (
-                _caught_up(meta, _version(resource_version)) or _shows_taint(
-                    watched or {}, key) == present):
+        seen = objects.node(watched) if watched is not None else None
+        if seen is not None and seen.metadata.uid == uid and (
+                _caught_up(seen.metadata, _version(resource_version))
+                or _shows_taint(seen.spec.taints, key) == present):
             self._taints.pop(uid, None)
             self._taint_written_at.pop(uid, None)
             return
@@ -122,9 +126,9 @@ class AssumeCache:
 
     def annotations(self, obj: Mapping[str, Any]) -> dict[str, str]:
         """The object's annotations with what was written on top (removals applied)."""
-        meta = obj.get("metadata") or {}
-        merged = dict(meta.get("annotations") or {})
-        for key, value in self._annotations.get(meta.get("uid", ""), {}).items():
+        meta = _meta(obj)
+        merged = dict(meta.annotations)
+        for key, value in self._annotations.get(meta.uid, {}).items():
             if value is None:
                 merged.pop(key, None)
             else:
@@ -132,20 +136,21 @@ class AssumeCache:
         return merged
 
     def is_bound(self, pod: Mapping[str, Any]) -> bool:
-        return bool((pod.get("spec") or {}).get("nodeName")) or (
-            (pod.get("metadata") or {}).get("uid", "") in self._bound)
+        seen = objects.pod(pod)
+        return bool(seen.spec.node_name) or seen.metadata.uid in self._bound
 
     def has_taint(self, node: Mapping[str, Any], key: str) -> bool:
-        assumed = self._taints.get((node.get("metadata") or {}).get("uid", ""))
+        seen = objects.node(node)
+        assumed = self._taints.get(seen.metadata.uid)
         if assumed is not None and assumed[0] == key:
             return assumed[1]
-        return _shows_taint(node, key)
+        return _shows_taint(seen.spec.taints, key)
 
     # -- the watch ----------------------------------------------------------------------------
     def observe(self, kind: str, obj: Mapping[str, Any]) -> None:
         """The watch shows ``obj``: confirm what it carries, forget all of it when it is gone."""
-        meta = obj.get("metadata") or {}
-        uid = meta.get("uid", "")
+        seen = objects.pod(obj)  # a Node's metadata reads as a Pod's (the same fields)
+        meta, uid = seen.metadata, seen.metadata.uid
         if kind == "DELETED":
             self.forget(uid)
             self._deleted[uid] = None
@@ -157,36 +162,42 @@ class AssumeCache:
                 _caught_up(meta, self._written_at.get(uid)) or _has(meta, written)):
             del self._annotations[uid]
             self._written_at.pop(uid, None)
-        if (obj.get("spec") or {}).get("nodeName"):
+        if seen.spec.node_name:
             self._bound.discard(uid)
         taint = self._taints.get(uid)
-        if taint is not None and (_caught_up(meta, self._taint_written_at.get(uid))
-                                  or _shows_taint(obj, taint[0]) == taint[1]):
+        if taint is not None and (
+                _caught_up(meta, self._taint_written_at.get(uid))
+                or _shows_taint(objects.node(obj).spec.taints, taint[0]) == taint[1]):
             del self._taints[uid]
             self._taint_written_at.pop(uid, None)
 
 
-def _caught_up(meta: Mapping[str, Any], written_at: int | None) -> bool:
+def _meta(obj: Mapping[str, Any]) -> objects.Meta:
+    """A Pod's or a Node's metadata, read as a Pod's: a Node's has the same fields, and the
+    Pods' are the ones read most (decoded once, by their informers)."""
+    return objects.pod(obj).metadata
+
+
+def _caught_up(meta: objects.Meta, written_at: int | None) -> bool:
     """The watch shows the object at or past the version our write produced."""
-    seen = str(meta.get("resourceVersion", ""))
+    seen = meta.resource_version
     return written_at is not None and seen.isdigit() and int(seen) >= written_at
 
 
-def _same(watched: Mapping[str, Any] | None, uid: str) -> Mapping[str, Any] | None:
+def _same(watched: Mapping[str, Any] | None, uid: str) -> objects.Meta | None:
     """The watched object's metadata, if it is the object written (``uid``)."""
-    meta = (watched or {}).get("metadata") or {}
-    return meta if watched is not None and meta.get("uid") == uid else None
+    meta = _meta(watched) if watched is not None else None
+    return meta if meta is not None and meta.uid == uid else None
 
 
 def _version(resource_version: str) -> int | None:
     return int(resource_version) if resource_version.isdigit() else None
 
 
-def _has(meta: Mapping[str, Any], annotations: Mapping[str, str | None]) -> bool:
+def _has(meta: objects.Meta, annotations: Mapping[str, str | None]) -> bool:
     """The object's annotations are ``annotations`` (None: absent)."""
-    have = meta.get("annotations") or {}
-    return all(have.get(k) == v for k, v in annotations.items())
+    return all(meta.annotations.get(k) == v for k, v in annotations.items())
 
 
-def _shows_taint(obj: Mapping[str, Any], key: str) -> bool:
-    return any(t.get("key") == key for t in (obj.get("spec") or {}).get("taints") or [])
+def _shows_taint(taints: Iterable[Mapping[str, Any]], key: str) -> bool:
+    return any(t.get("key") == key for t in taints)

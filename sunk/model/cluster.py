@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from sunk import kube
+from sunk import kube, objects
 from sunk.model.assume import AssumeCache
 from sunk.model.gangindex import GangIndex
 from sunk.model.health import Health
@@ -98,7 +98,7 @@ class Cluster:
         #: Every Pod (for what is bound to each Node: fit checks and node locks).
         #: It keeps Pods trimmed to what sunk reads (sunk.kube.trim): it holds every Pod.
         self.all_pods = kube.Informer(api, "pods", handler=self._on_any_pod,
-                                      trim=self.whole_pods.keep)
+                                      trim=self.whole_pods.keep, decoded=objects.PODS)
         #: The Pods that name this scheduler, per namespace watched: taken from every Pod's
         #: watch, not a watch of their own (one decoded copy of each Pod, not two).
         namespaces = settings.namespaces()
@@ -107,10 +107,12 @@ class Cluster:
             kube.Subset(self.all_pods, functools.partial(self._names_us, ns), namespace=ns,
                         handler=self._on_pod)
             for ns in watched]
-        self.node_informer = kube.Informer(api, "nodes", handler=self._on_node_event)
+        self.node_informer = kube.Informer(api, "nodes", handler=self._on_node_event,
+                                           decoded=objects.NODES)
         self.slurmd_informer = kube.Informer(
             api, "pods", namespace=settings.slurmd_namespace,
-            label_selector=settings.slurmd_label_selector, handler=self._on_other)
+            label_selector=settings.slurmd_label_selector, handler=self._on_other,
+            decoded=objects.PODS)
         self.namespace_informer = kube.Informer(api, "namespaces")
         #: The Pods by gang, and the batch Jobs and PodGroups a gang's size comes from.
         self.gang_index = GangIndex(api, settings.annotation_prefix)
@@ -168,7 +170,7 @@ class Cluster:
     def pod_of(self, who: PodIdentity) -> kube.Obj | None:
         """The Pod a job is for, if that very Pod (its uid) still exists."""
         pod = self.pod(who.key)
-        return pod if pod is not None and pod["metadata"].get("uid") == who.uid else None
+        return pod if pod is not None and objects.pod(pod).metadata.uid == who.uid else None
 
     async def whole_pod(self, pod: kube.Obj) -> kube.Obj | None:
         """``pod`` with every field (the cache's copy is trimmed), for its policies; None if
@@ -179,7 +181,7 @@ class Cluster:
         self.assumed.observe(kind, pod)
         self.gang_index.observe(kind, pod)
         if kind == "DELETED":
-            uid = pod["metadata"].get("uid", "")
+            uid = objects.pod(pod).metadata.uid
             if (gone := self._gone.pop(uid, None)) is not None:
                 gone.set()
             self.state.forget(kube.key(pod))
@@ -191,7 +193,7 @@ class Cluster:
 
     def _on_node_event(self, kind: str, node: kube.Obj) -> None:
         self.assumed.observe(kind, node)
-        self.node_changes.add((node.get("metadata") or {}).get("name", ""))
+        self.node_changes.add(objects.node(node).metadata.name)
 
     async def wait_pod_gone(self, uid: str, within: float) -> bool:
         """Whether the Pod ``uid`` is gone within ``within`` seconds."""
@@ -230,9 +232,9 @@ class Cluster:
 
     def _names_us(self, namespace: str | None, pod: kube.Obj) -> bool:
         """The Pod names this scheduler and is in ``namespace`` (None: any)."""
-        return ((pod.get("spec") or {}).get("schedulerName") == self.settings.scheduler_name
-                and (namespace is None or (pod.get("metadata") or {}).get("namespace")
-                     == namespace))
+        p = objects.pod(pod)
+        return p.spec.scheduler_name == self.settings.scheduler_name and (
+            namespace is None or p.metadata.namespace == namespace)
 
     def pods_on(self, node: str) -> list[kube.Obj]:
         return self.node_room.pods_on(node)
@@ -243,11 +245,10 @@ class Cluster:
     def watched(self, kind: str, obj: Mapping[str, Any]) -> kube.Obj | None:
         """``obj`` (a Pod or a Node) as the watch that confirms writes to it shows it now (the
         one whose copy is read with the assume cache on top); None if not watched."""
-        meta = obj.get("metadata") or {}
         if kind == "nodes":
-            return self.node(meta.get("name", ""))
+            return self.node(objects.node(obj).metadata.name)
         if kind == "pods":
-            key = f"{meta.get('namespace')}/{meta.get('name')}"
+            key = objects.pod(obj).metadata.key
             return self.pod(key) or self.slurmd_informer.cache.get(key)
         return None
 
@@ -293,13 +294,12 @@ class Cluster:
                    self._slurm_nodes_generation)
         if self._snapshot is not None and self._snapshot[0] == version:
             return self._snapshot[1]
-        nodes = {
-            name: placement.NodeInfo(
-                name=name, labels=n["metadata"].get("labels") or {},
-                taints=tuple((n.get("spec") or {}).get("taints") or ()),
-                unschedulable=bool((n.get("spec") or {}).get("unschedulable")),
-                allocatable=self.allocatable(n))
-            for name, n in self.node_informer.cache.items()}
+        nodes: dict[str, placement.NodeInfo] = {}
+        for name, obj in self.node_informer.cache.items():
+            node = objects.node(obj)
+            nodes[name] = placement.NodeInfo(
+                name=name, labels=node.metadata.labels, taints=node.spec.taints,
+                unschedulable=node.spec.unschedulable, allocatable=self.allocatable(obj))
         snapshot = placement.Snapshot(slurm_to_k8s=self.index().to_k8s, nodes=nodes,
                                       slurm_nodes=self.slurm_node_names,
                                       used=self.usage.used, exclusions=self.exclusions)

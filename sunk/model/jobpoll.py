@@ -19,8 +19,8 @@ job's details (``GET /job/{id}``: its node, and its ``extra``, where the placeho
   whose prolog this scheduler has not heard from (one that asked a scheduler since
   restarted): under load Slurm shows a job running seconds before its prolog calls;
 - it is pending: once a second after it was submitted (Slurm has said why it waits by
-  then), then every ``pending_every`` seconds, a few jobs per poll, never-read ones first
-  (the dashboard shows why).
+  then; if not, every second until it has), then every ``pending_every`` seconds, a few jobs
+  per poll, never-read ones first (the Pod's condition and the dashboard say why).
 
 A job that ended needs no details: its state is all that reconciling reads.
 """
@@ -74,6 +74,8 @@ class PollPlan:
 #: Pending jobs whose details (why they wait) are read per second, whatever the queue's length:
 #: 10,000 pending jobs must not mean 10,000 reads per refresh.
 PENDING_READS_PER_SECOND = 2.0
+#: A pending job's reason before Slurm's scheduler looked at it: read again soon, not in 30 s.
+NOT_LOOKED_AT = "None"
 
 
 def plan_poll(followed: Mapping[int, Known], states: Mapping[int, str], *, now: float,
@@ -100,8 +102,9 @@ def plan_poll(followed: Mapping[int, Known], states: Mapping[int, str], *, now: 
         elif state in FINISHED_STATES:
             continue
         elif state == "PENDING":
-            if now - known.checked_at >= (pending_every if known.reason else pending_first):
-                stale_pending.append((bool(known.reason), known.checked_at, job_id))
+            said = bool(known.reason) and known.reason != NOT_LOOKED_AT
+            if now - known.checked_at >= (pending_every if said else pending_first):
+                stale_pending.append((said, known.checked_at, job_id))
         elif not known.started and job_id not in in_prolog and now - known.checked_at >= (
                 detail_every if locked is None or job_id in locked else unlocked_every):
             plan.fetch.append(job_id)

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sunk import objects
+
 Obj = dict[str, Any]
 #: Pod phases after which a slurmd Pod runs nothing.
 ENDED = frozenset({"Failed", "Succeeded"})
@@ -30,14 +32,16 @@ class NodeIndex:
         """A slurmd Pod being deleted, or ended (Failed, Succeeded), holds no Slurm node: a
         new one with the same hostname may already run elsewhere."""
         slurmd: dict[str, Obj] = {}
+        # Slurm node name -> the Node its slurmd Pod is bound to ("": not bound yet).
+        bound_to: dict[str, str] = {}
         for pod in slurmd_pods:
-            hostname = (pod.get("spec") or {}).get("hostname")
-            if not hostname or (pod.get("metadata") or {}).get("deletionTimestamp") or (
-                    (pod.get("status") or {}).get("phase") in ENDED):
+            p = objects.pod(pod)
+            hostname = p.spec.hostname
+            if not hostname or p.metadata.terminating or p.status.phase in ENDED:
                 continue
             slurmd[hostname] = pod
-        to_k8s = {name: node for name, pod in slurmd.items()
-                  if (node := (pod.get("spec") or {}).get("nodeName"))}
+            bound_to[hostname] = p.spec.node_name
+        to_k8s = {name: node for name, node in bound_to.items() if node}
         from_k8s: dict[str, list[str]] = {}
         for name, node in to_k8s.items():
             from_k8s.setdefault(node, []).append(name)

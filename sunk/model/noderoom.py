@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from sunk import kube
+from sunk import kube, objects
 from sunk.model.jobtable import JobsView
 from sunk.plans import fit, locking
 from sunk.slurm.job import member_id
@@ -34,8 +34,8 @@ class NodeRoom:
 
     def observe(self, kind: str, pod: kube.Obj) -> None:
         """A watch event of any Pod: file it under the Node it is bound to, and count it."""
-        key = kube.key(pod)
-        node_name = (pod.get("spec") or {}).get("nodeName")
+        p = objects.pod(pod)
+        key, node_name = p.metadata.key, p.spec.node_name
         if (was := self._node_of.pop(key, None)) is not None:
             on_node = self._on_node[was]
             on_node.pop(key, None)
@@ -50,7 +50,7 @@ class NodeRoom:
         return list(self._on_node.get(node, {}).values())
 
     def is_slurmd(self, pod: kube.Obj) -> bool:
-        labels = (pod.get("metadata") or {}).get("labels") or {}
+        labels = objects.pod(pod).metadata.labels
         return bool(self.slurmd_selector) and all(
             labels.get(k) == v for k, v in self.slurmd_selector.items())
 
@@ -58,21 +58,21 @@ class NodeRoom:
         """Left in place by a node lock, so it counts against a Slurm job's Pod. A Pod naming
         this scheduler counts as placed by sunk here (a conservative count: the lock itself
         asks Slurm, :meth:`sunk.loops.syncer.Syncer._placed_by_sunk`)."""
-        placed = (pod.get("spec") or {}).get("schedulerName") == self.scheduler_name
+        placed = objects.pod(pod).spec.scheduler_name == self.scheduler_name
         return locking.pod_on_node(pod, placed_by_sunk=placed,
                                    slurmd_selector=self.slurmd_selector).stays
 
     def reserved(self, pod: kube.Obj) -> bool:
         """What Slurm's node definition must leave room for: the slurmd Pod, DaemonSet Pods."""
-        owners = (pod.get("metadata") or {}).get("ownerReferences") or []
-        return self.is_slurmd(pod) or any(o.get("kind") == "DaemonSet" for o in owners)
+        owners = objects.pod(pod).metadata.owner_references
+        return self.is_slurmd(pod) or any(o.kind == "DaemonSet" for o in owners)
 
     def not_counted_by_slurm(self, node: str) -> list[str]:
         """The Pods on Node ``node`` whose room Slurm does not know is taken
         (:mod:`sunk.plans.fit`): a Pod counts as Slurm's while a job of ours that names it
         (alone, or as a gang member) has not ended."""
         def counted(pod: kube.Obj) -> bool:
-            uid = (pod.get("metadata") or {}).get("uid", "")
+            uid = objects.pod(pod).metadata.uid
             job_id = self.jobs.by_uid.get(uid, self.jobs.member_of.get(member_id(uid)))
             job = self.jobs.get(job_id) if job_id is not None else None
             return job is not None and not job.finished
@@ -89,8 +89,9 @@ class NodeRoom:
 
     def allocatable(self, node: kube.Obj) -> fit.Resources:
         """The Node's allocatable, parsed once for as long as it stays the same."""
-        raw = tuple(sorted(((node.get("status") or {}).get("allocatable") or {}).items()))
-        name = (node.get("metadata") or {}).get("name", "")
+        n = objects.node(node)
+        raw = tuple(sorted(n.status.allocatable.items()))
+        name = n.metadata.name
         cached = self._allocatable.get(name)
         if cached is None or cached[0] != raw:
             cached = (raw, fit.allocatable(node))

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from sunk.plans.waiting import Shown
+
 
 class PodMemoryView(Protocol):
     """:class:`PodMemory` read-only: what every part but the executor sees of it."""
@@ -34,6 +36,9 @@ class PodMemoryView(Protocol):
     @property
     def told_not_counted(self) -> Mapping[str, tuple[str, ...]]: ...
 
+    @property
+    def shown(self) -> Mapping[str, Shown]: ...
+
 
 @dataclass
 class PodMemory:
@@ -53,6 +58,8 @@ class PodMemory:
     told_gang: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
     #: Node -> the Pods Slurm does not count last reported on it (told once while the same).
     told_not_counted: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Pod uid -> why it waits, as last written on it (its PodScheduled condition).
+    shown: dict[str, Shown] = field(default_factory=dict)
 
     def forget(self, uid: str) -> None:
         """The Pod is gone."""
@@ -60,6 +67,7 @@ class PodMemory:
         self.replaced.pop(uid, None)
         self.told_ignored.discard(uid)
         self.told_gang.pop(uid, None)
+        self.shown.pop(uid, None)
 
     def forget_gang(self, gang_id: str) -> None:
         """The gang has no Pod and no live job left."""

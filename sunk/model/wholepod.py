@@ -9,21 +9,21 @@ whole, as JSON, from its last event; any other is read again from the API server
 from __future__ import annotations
 
 import typing
-from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
-from sunk import kube
+from sunk import kube, objects
 from sunk.settings import Settings
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
 
-def _same_pod(found: Any, meta: Mapping[str, Any]) -> bool:
+def _same_pod(found: Any, uid: str) -> bool:
+    """``found`` is a Pod object, and the one of ``uid`` (not another of the same name)."""
     return isinstance(found, dict) and isinstance(found.get("metadata"), dict) and (
-        found["metadata"].get("uid") == meta.get("uid"))
+        objects.pod(found).metadata.uid == uid)
 
 
 class WholePods:
@@ -41,6 +41,8 @@ class WholePods:
     def keep(self, pod: kube.Obj) -> kube.Obj:
         """What the Pod cache keeps of ``pod``: the trimmed Pod, and the whole one while its
         policies are still to run."""
+        # Read from the dict, not sunk.objects: this runs on every Pod event, on the whole
+        # Pod before the informer trims and decodes it (decoded here too, it costs 10 µs more).
         key = kube.key(pod)
         meta = pod.get("metadata") or {}
         spec = pod.get("spec") or {}
@@ -63,18 +65,18 @@ class WholePods:
         """``pod`` with every field: kept from its last event while it waits for a job, else
         read again from the API server. None if the API server no longer has this Pod (gone,
         or another of the same name)."""
-        meta = pod["metadata"]
-        whole = self.kept.get(kube.key(pod))
+        meta = objects.pod(pod).metadata
+        whole = self.kept.get(meta.key)
         found: Any = _decode(whole) if whole is not None else None
-        if not _same_pod(found, meta):
+        if not _same_pod(found, meta.uid):
             try:
-                found = await self.api.request("GET", f"pods/{meta['name']}",
-                                               namespace=meta.get("namespace"))
+                found = await self.api.request("GET", f"pods/{meta.name}",
+                                               namespace=meta.namespace or None)
             except kube.KubeError as exc:
                 if exc.status == 404:  # deleted meanwhile: its DELETED event follows
                     return None
                 raise
-            if not _same_pod(found, meta):
+            if not _same_pod(found, meta.uid):
                 return None
             found["metadata"].pop("managedFields", None)
         return typing.cast(kube.Obj, found)

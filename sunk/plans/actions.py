@@ -13,6 +13,7 @@ from typing import Any
 
 from sunk.plans.fit import Capacity
 from sunk.plans.locking import LockState
+from sunk.plans.waiting import Waiting
 from sunk.slurm.job import PodIdentity
 
 # -- a Pod and its job -------------------------------------------------------------------------
@@ -125,11 +126,13 @@ class RetryLater:
     """Nothing can be done yet: look again later, the one way any plan or loop says so. The
     executor stops there and hands it back; the work queue then backs off, as after a
     failure, or, with ``after``, looks again in that many seconds (a timeout is due).
-    ``room``: it waits for room on a Node, so a Pod leaving a Node wakes it early."""
+    ``room``: it waits for room on a Node, so a Pod leaving a Node wakes it early. ``show``:
+    what the Pod shows while it waits (its PodScheduled condition), if anything."""
 
     why: str
     room: bool = False
     after: float | None = None
+    show: Waiting | None = None
 
 
 PodAction = (PodEvent | ReportIgnored | Annotate | Submit | Reject | Reserve | Bind | CancelJob

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sunk import objects
 from sunk.quantity import Quantity
 from sunk.slurm.text import gpu_count, number
 
@@ -50,10 +51,10 @@ def _units(name: str, text: str) -> int:
     return math.ceil(value * 1000) if name == "cpu" else math.ceil(value)
 
 
-def _parse(raw: Mapping[str, Any] | None, *, strict: bool = True) -> dict[str, int]:
+def _parse(raw: Mapping[str, Any], *, strict: bool = True) -> dict[str, int]:
     """Quantities by resource; a bad one raises ValueError (``strict``) or counts as none."""
     out: dict[str, int] = {}
-    for name, text in (raw or {}).items():
+    for name, text in raw.items():
         try:
             out[name] = _units(name, str(text))
         except ValueError as exc:
@@ -76,15 +77,15 @@ def _max(into: dict[str, int], other: Resources) -> None:
 def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
     """The Pod's effective requests, as the kubelet and kube-scheduler compute them. A bad
     quantity raises ValueError (the API server refuses them; a policy reports them first)."""
-    spec = pod.get("spec") or {}
+    spec = objects.pod(pod).spec
     total: dict[str, int] = {}
-    for container in spec.get("containers") or []:
-        _add(total, _parse((container.get("resources") or {}).get("requests")))
+    for container in spec.containers:
+        _add(total, _parse(container.resources.requests))
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
-    for container in spec.get("initContainers") or []:
-        wants = _parse((container.get("resources") or {}).get("requests"))
-        if container.get("restartPolicy") == "Always":  # a sidecar: it keeps running
+    for container in spec.init_containers:
+        wants = _parse(container.resources.requests)
+        if container.restart_policy == "Always":  # a sidecar: it keeps running
             _add(sidecars, wants)
             _max(init_peak, sidecars)
         else:  # runs to completion beside the sidecars started before it
@@ -93,18 +94,21 @@ def pod_requests(pod: Mapping[str, Any]) -> dict[str, int]:
             _max(init_peak, moment)
     _add(total, sidecars)
     _max(total, init_peak)
-    _add(total, _parse(spec.get("overhead")))
+    _add(total, _parse(spec.overhead))
     return total
 
 
 def allocatable(node: Mapping[str, Any]) -> dict[str, int]:
-    return _parse((node.get("status") or {}).get("allocatable"), strict=False)
+    return _parse(objects.node(node).status.allocatable, strict=False)
 
 
 def holds_node(pod: Mapping[str, Any]) -> bool:
     """The Pod counts against its Node (bound, and not ended)."""
-    return bool((pod.get("spec") or {}).get("nodeName")) and (
-        (pod.get("status") or {}).get("phase") not in ENDED)
+    return _holds(objects.pod(pod))
+
+
+def _holds(pod: objects.Pod) -> bool:
+    return bool(pod.spec.node_name) and pod.status.phase not in ENDED
 
 
 def _amount(value: int, resource: str) -> str:
@@ -174,7 +178,7 @@ class NodeUsage:
     _reserved: dict[str, dict[str, int]] = field(default_factory=dict)
     #: Pod uid -> (metadata.generation, requests): a Pod's requests are parsed once, not at
     #: every event (its spec's generation grows only when the spec changes).
-    _requests: dict[str, tuple[Any, dict[str, int]]] = field(default_factory=dict)
+    _requests: dict[str, tuple[int | None, dict[str, int]]] = field(default_factory=dict)
     #: Pods this process bound that the watch has not shown on a Node yet. An event of theirs
     #: without a Node is older than the binding (the job id's own write, landing just before
     #: it): it leaves their room held. Released, it let 30 Pods be bound where 28 fit (CI).
@@ -186,17 +190,18 @@ class NodeUsage:
     changed: NodeChanges | None = None
 
     def observe(self, kind: str, pod: Mapping[str, Any]) -> None:
-        uid = (pod.get("metadata") or {}).get("uid", "")
+        p = objects.pod(pod)
+        uid = p.metadata.uid
         if uid in self._binding:
-            if kind != "DELETED" and not (pod.get("spec") or {}).get("nodeName"):
+            if kind != "DELETED" and not p.spec.node_name:
                 return  # from before this process's binding: the room stays held
             self._binding.discard(uid)
         before = self._held.get(uid)
         self._release(uid)
         if kind == "DELETED":
             self._requests.pop(uid, None)
-        elif holds_node(pod) and self.staying(pod):
-            self._hold(uid, pod["spec"]["nodeName"], pod, reserved=bool(self.reserved(pod)))
+        elif _holds(p) and self.staying(pod):
+            self._hold(uid, p.spec.node_name, pod, reserved=bool(self.reserved(pod)))
         if before is not None and self.freed is not None and (
                 self._held.get(uid, ("",))[0] != before[0]):
             self.freed(before[0])
@@ -204,7 +209,7 @@ class NodeUsage:
     def assume_bound(self, pod: Mapping[str, Any], node: str) -> None:
         """A Pod this process is binding, held there until the watch shows where it is (or
         :meth:`binding_failed`)."""
-        uid = (pod.get("metadata") or {}).get("uid", "")
+        uid = objects.pod(pod).metadata.uid
         self._release(uid)
         self._hold(uid, node, pod, reserved=False)
         self._binding.add(uid)
@@ -212,7 +217,7 @@ class NodeUsage:
     def binding_failed(self, pod: Mapping[str, Any]) -> None:
         """The binding of :meth:`assume_bound` failed: the Pod holds what the Pod as read
         before it (``pod``) holds."""
-        self._binding.discard((pod.get("metadata") or {}).get("uid", ""))
+        self._binding.discard(objects.pod(pod).metadata.uid)
         self.observe("MODIFIED", pod)
 
     def used(self, node: str) -> Resources:
@@ -222,7 +227,7 @@ class NodeUsage:
         return self._reserved.get(node, {})
 
     def _hold(self, uid: str, node: str, pod: Mapping[str, Any], *, reserved: bool) -> None:
-        generation = (pod.get("metadata") or {}).get("generation")
+        generation = objects.pod(pod).metadata.generation
         cached = self._requests.get(uid)
         if cached is not None and cached[0] == generation and generation is not None:
             wants = cached[1]
@@ -257,8 +262,7 @@ def not_counted_by_slurm(pods: Iterable[Mapping[str, Any]], *, staying: Any, res
     lock leaves them in place (``staying``), Slurm's node definition sets no room aside for them
     (not ``reserved``: the slurmd Pod, DaemonSet Pods), and no live job of Slurm's counts them
     (not ``counted``). Where Slurm places a job in that room, its Pod cannot be bound."""
-    return sorted(f"{p['metadata'].get('namespace')}/{p['metadata'].get('name')}"
-                  for p in pods
+    return sorted(objects.pod(p).metadata.key for p in pods
                   if holds_node(p) and staying(p) and not reserved(p) and not counted(p))
 
 

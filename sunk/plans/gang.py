@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sunk import objects
 from sunk.slurm.job import member_id
 
 PODGROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -63,7 +64,10 @@ class Owners:
     podgroups_known: bool = True
 
 
-def _job_owner(meta: Mapping[str, Any]) -> str | None:
+def _job_owner(pod: Mapping[str, Any]) -> str | None:
+    """The controlling batch Job's name. Read from the dict, not :mod:`sunk.objects`: an odd
+    owner reference (not an object) is skipped here, where the typed Pod is all defaults."""
+    meta = pod.get("metadata") or {}
     for ref in meta.get("ownerReferences") or ():
         if (isinstance(ref, Mapping) and ref.get("kind") == "Job" and ref.get("controller")
                 and str(ref.get("apiVersion", "")).startswith("batch/")):
@@ -74,8 +78,11 @@ def _job_owner(meta: Mapping[str, Any]) -> str | None:
 def gang_name(pod: Mapping[str, Any], prefix: str) -> str | None:
     """The name of the gang ``pod`` may belong to, from its labels and owner alone (a Job's
     Pods are a gang only if the Job runs them all at once: :func:`claim` says)."""
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
+    return _gang_name(pod, objects.pod(pod).metadata, prefix)
+
+
+def _gang_name(pod: Mapping[str, Any], meta: objects.Meta, prefix: str) -> str | None:
+    labels = meta.labels
     if (name := labels.get(prefix + GANG_LABEL)) is not None:
         return f"label:{name}"
     if (group := labels.get(PODGROUP_LABEL)) is not None:
@@ -83,20 +90,18 @@ def gang_name(pod: Mapping[str, Any], prefix: str) -> str | None:
     if (key := labels.get(LWS_GROUP_KEY)) is not None:
         lws, index = labels.get(LWS_NAME), labels.get(LWS_GROUP_INDEX)
         return f"lws:{lws}-{index}" if lws and index is not None else f"lws:{key}"
-    if (job := _job_owner(meta)) is not None:
+    if (job := _job_owner(pod)) is not None:
         return f"job:{job}"
     return None
 
 
 def claim(pod: Mapping[str, Any], prefix: str, owners: Owners) -> Claim | None:
     """The gang ``pod`` belongs to, or None if it is scheduled alone."""
-    name = gang_name(pod, prefix)
+    meta = objects.pod(pod).metadata
+    name = _gang_name(pod, meta, prefix)
     if name is None:
         return None
-    meta = pod.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    annotations = meta.get("annotations") or {}
-    namespace = str(meta.get("namespace", ""))
+    labels, annotations, namespace = meta.labels, meta.annotations, meta.namespace
     source, _, ref = name.partition(":")
     if source == "label":
         return Claim(name, annotations.get(prefix + SIZE_ANNOTATION),
@@ -173,10 +178,10 @@ def _number(text: str | None) -> int | None:
 def assemble(namespace: str, name: str, pods: Iterable[tuple[Mapping[str, Any], Claim]], *,
              max_size: int) -> Gang:
     """The gang from its live Pods (not terminal, not being deleted) and their claims."""
-    found = sorted(pods, key=lambda pc: str(pc[0]["metadata"]["name"]))
+    found = sorted(((objects.pod(p).metadata, c) for p, c in pods), key=lambda mc: mc[0].name)
     claims = [c for _, c in found]
-    plain = tuple(Member(f"{namespace}/{p['metadata']['name']}", str(p["metadata"]["uid"]), i)
-                  for i, (p, _) in enumerate(found))
+    plain = tuple(Member(f"{namespace}/{meta.name}", meta.uid, i)
+                  for i, (meta, _) in enumerate(found))
 
     def gang(size: int | None, members: tuple[Member, ...] = plain, problem: str = "",
              waiting: str = "") -> Gang:

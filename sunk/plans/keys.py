@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sunk import objects
+
 
 @dataclass(frozen=True, slots=True)
 class PodKey:
@@ -20,8 +22,8 @@ class PodKey:
 
     @classmethod
     def of(cls, pod: Mapping[str, Any]) -> PodKey:
-        meta = pod.get("metadata") or {}
-        return cls(str(meta.get("namespace", "")), str(meta.get("name", "")))
+        meta = objects.pod(pod).metadata
+        return cls(meta.namespace, meta.name)
 
     @classmethod
     def parse(cls, key: str) -> PodKey:

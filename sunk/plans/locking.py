@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sunk import objects
 from sunk.plans.placement import LOCK_TAINT, tolerates
 
 LOCK_KEY = LOCK_TAINT
@@ -84,15 +85,13 @@ def pod_on_node(pod: Mapping[str, Any], *, placed_by_sunk: bool,
     """``placed_by_sunk``: the caller's word, from Slurm (a job of ours names the Pod's uid),
     never from the Pod's own annotations: a Pod that writes sunk's job-id onto itself must
     not stay on a Node locked for Slurm."""
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    labels = meta.get("labels") or {}
-    owners = meta.get("ownerReferences") or []
+    p = objects.pod(pod)
+    labels = p.metadata.labels
     return PodOnNode(
-        key=f"{meta.get('namespace')}/{meta.get('name')}",
-        terminating=bool(meta.get("deletionTimestamp")),
-        daemonset=any(o.get("kind") == "DaemonSet" for o in owners),
-        tolerates_lock=tolerates(spec.get("tolerations") or [], LOCK_TAINT_SPEC),
+        key=p.metadata.key,
+        terminating=p.metadata.terminating,
+        daemonset=any(o.kind == "DaemonSet" for o in p.metadata.owner_references),
+        tolerates_lock=tolerates(p.spec.tolerations, LOCK_TAINT_SPEC),
         placed_by_sunk=placed_by_sunk,
         is_slurmd=bool(slurmd_selector) and all(labels.get(k) == v
                                                 for k, v in slurmd_selector.items()),

@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 
+from sunk import objects
 from sunk.plans import fit
 
 LOCK_TAINT = "sunk.coreweave.com/lock"
@@ -165,12 +166,9 @@ class PodConstraints:
 
     @classmethod
     def of(cls, pod: Mapping[str, Any]) -> PodConstraints:
-        spec = pod.get("spec") or {}
-        required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                    .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-        return cls(tolerations=tuple(spec.get("tolerations") or ()),
-                   node_selector=tuple((spec.get("nodeSelector") or {}).items()),
-                   affinity_terms=tuple(required.get("nodeSelectorTerms") or ()))
+        spec = objects.pod(pod).spec
+        return cls(tolerations=spec.tolerations, node_selector=tuple(spec.node_selector.items()),
+                   affinity_terms=spec.required_node_terms)
 
     @cached_property
     def key(self) -> bytes:

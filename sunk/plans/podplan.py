@@ -12,8 +12,9 @@ from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
+from sunk import objects
 from sunk.plans import actions as do
-from sunk.plans import ownership, placement, translate
+from sunk.plans import ownership, placement, translate, waiting
 from sunk.plans.decide import JobView, PodView, Step, decide
 from sunk.policy import Decision
 
@@ -97,7 +98,8 @@ def _submit_failed(facts: PodFacts, why: str) -> tuple[do.PodAction, ...]:
     told = () if facts.tries & (facts.tries - 1) else (do.PodEvent(
         "SubmitFailed", f"Slurm did not take the job (try {facts.tries + 1}, retrying with "
                         f"backoff): {why}", warning=True),)
-    return (*told, do.RetryLater(why))
+    return (*told, do.RetryLater(why, show=waiting.scheduler_error(
+        f"Slurm did not take the job (try {facts.tries + 1}, retrying with backoff): {why}")))
 
 
 def _plan_submit(facts: PodFacts, job: JobView | None, first: list[do.PodAction]) -> do.Plan:
@@ -160,7 +162,7 @@ def plan_submission(pod: Mapping[str, Any], admission: Decision, snapshot: place
     Warnings are told on the first try only (not on every retry of a Slurm outage)."""
     out: list[do.PodAction] = []
     if first_try:
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        annotations = objects.pod(pod).metadata.annotations
         for unknown, hint in translate.unknown_annotations(annotations, annotation_prefix):
             out.append(do.PodEvent(
                 "UnknownAnnotation", f"{unknown} is not an annotation sunk reads; it is ignored"
@@ -176,7 +178,8 @@ def plan_submission(pod: Mapping[str, Any], admission: Decision, snapshot: place
     except translate.InvalidPod as exc:
         return (*out, do.Reject("InvalidPod", str(exc)))
     except translate.NotYet as exc:  # no room, a cordoned or unmapped node: may change, so wait
-        return (*out, do.RetryLater(str(exc), room=isinstance(exc, translate.NoRoom)))
+        return (*out, do.RetryLater(str(exc), room=isinstance(exc, translate.NoRoom),
+                                    show=waiting.unschedulable(str(exc))))
     # Anything else raised is a fault of sunk's, never the Pod's: it goes up to the worker,
     # which logs it with its traceback, tells the Pod (InternalError) and retries.
     return (*out, do.Submit(job))

@@ -32,8 +32,17 @@ INTERNAL_ERRORS = Counter("sunk_internal_errors_total", "Reconciles that failed 
                           "sunk's own (an unexpected exception, logged with its traceback): "
                           "retried, never a rejection of the Pod")
 BIND_LATENCY = Histogram("sunk_pod_creation_to_bound_seconds",
-                         "Time from a Pod's creation to its binding",
-                         buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600))
+                         "Time from a Pod's creation to its binding, by namespace",
+                         ["namespace"],
+                         buckets=(0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600))
+PODS_WAITING = Gauge("sunk_pods_waiting", "Pods whose job waits in Slurm's queue, by namespace, "
+                     "partition and Slurm's reason", ["namespace", "partition", "reason"])
+START_ESTIMATE_ERROR = Histogram(
+    "sunk_start_estimate_error_seconds", "How far Slurm's last start estimate for a job of a "
+    "Pod was from the moment the job started (absolute)",
+    buckets=(1, 5, 10, 30, 60, 300, 600, 1800, 3600, 14400))
+CONDITIONS_WRITTEN = Counter("sunk_pod_conditions_written_total", "PodScheduled conditions "
+                             "written on Pods that wait, by the condition's reason", ["reason"])
 GANG_BIND_LATENCY = Histogram("sunk_gang_start_to_bound_seconds",
                               "Time from a gang's job start (as sunk learns it) to its last "
                               "member bound",

@@ -25,7 +25,8 @@ LAUNCH_FAILED_HELD = "launch_failed_requeued_held"
 SHOWN_FIELDS = (
     "job_id", "name", "job_state", "state_reason", "state_description", "partition", "account",
     "qos", "user_name", "nodes", "priority", "time_limit", "submit_time", "start_time",
-    "end_time", "tres_req_str", "tres_alloc_str", "comment", "extra", "exit_code")
+    "end_time", "tres_req_str", "tres_alloc_str", "comment", "extra", "exit_code",
+    "scheduled_nodes")
 #: Every field of slurmrestd's record that :meth:`Job.from_api` reads.
 READ_FIELDS = (*SHOWN_FIELDS, "state_description", "admin_comment")
 #: What the placeholder appends to ``extra`` when its script starts.

@@ -140,6 +140,7 @@ def test_cluster_scope_grants_pods_everywhere_through_one_cluster_role(helm: Pat
     for verb in ("list", "watch", "patch", "delete"):
         assert ("ClusterRole", None, "pods", verb, None) in grants
     assert ("ClusterRole", None, "pods/binding", "create", None) in grants
+    assert ("ClusterRole", None, "pods/status", "patch", None) in grants
     assert not [o for o in objects if o["kind"] == "Role"
                 and o["metadata"]["name"] in ("r-sunk", "r-sunk-slurmd")]
     binding = only(objects, "ClusterRoleBinding")
@@ -156,13 +157,15 @@ def test_namespace_scope_grants_pods_only_in_each_listed_namespace(helm: Path) -
         role = only(objects, "Role", "r-sunk", ns)
         assert {(r, v) for _, _, r, v, _ in rules([role])} == {
             ("pods", "list"), ("pods", "watch"), ("pods", "patch"), ("pods", "delete"),
-            ("pods/binding", "create"), ("events", "create"), ("events", "list")}
+            ("pods/binding", "create"), ("pods/status", "patch"), ("events", "create"),
+            ("events", "list")}
         binding = only(objects, "RoleBinding", "r-sunk", ns)
         assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                       "name": "r-sunk"}
         assert binding["subjects"][0]["namespace"] == "slurm"
     cluster_grants = {(r, v) for k, _, r, v, _ in rules(objects) if k == "ClusterRole"}
     assert ("pods/binding", "create") not in cluster_grants
+    assert ("pods/status", "patch") not in cluster_grants
     assert ("pods", "patch") not in cluster_grants and ("pods", "delete") not in cluster_grants
     assert "--watch-namespace=team-a,team-b" in args(objects)
     assert "--scope=namespace" in args(objects)
@@ -203,7 +206,8 @@ def test_the_whole_grant_is_exactly_what_the_code_uses(helm: Path) -> None:
         *{("Role", ns, res, verb, None) for ns in ("team-a", "team-b")
           for res, verb in (("pods", "list"), ("pods", "watch"), ("pods", "patch"),
                             ("pods", "delete"), ("pods/binding", "create"),
-                            ("events", "create"), ("events", "list"))},
+                            ("pods/status", "patch"), ("events", "create"),
+                            ("events", "list"))},
         ("Role", "slurmd", "pods", "list", None),
         ("Role", "slurmd", "pods", "watch", None),
         ("Role", "slurmd", "pods", "patch", None),

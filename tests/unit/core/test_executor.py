@@ -108,9 +108,14 @@ async def test_a_submission_carries_the_credential_and_writes_the_job_id(bed: Be
     assert bed.kube.calls("PATCH") == []
     assert bed.cluster.assumed.annotations(pod())[f"{PREFIX}job-id"] == "41"
     await settle(bed)
-    (patch,) = bed.kube.calls("PATCH", "/api/v1/namespaces/ns/pods/p")
-    assert patch == {"metadata": {"annotations": {
-        f"{PREFIX}job-id": "41", f"{PREFIX}pod-uid": "aaaa-0001", f"{PREFIX}rejected": None}}}
+    # one write, through the status subresource: the job id, and why the Pod waits
+    (patch,) = bed.kube.calls("PATCH", "/api/v1/namespaces/ns/pods/p/status")
+    assert patch["metadata"] == {"uid": "aaaa-0001", "annotations": {
+        f"{PREFIX}job-id": "41", f"{PREFIX}pod-uid": "aaaa-0001", f"{PREFIX}rejected": None}}
+    (condition,) = patch["status"]["conditions"]
+    assert (condition["reason"], condition["message"]) == (
+        "Pending", "Slurm job 41 is pending (None): Slurm has not looked at it yet.")
+    assert len(bed.kube.calls("PATCH")) == 1
     assert bed.cluster.jobs.by_uid == {"aaaa-0001": 41}
     assert bed.cluster.assumed.annotations(pod())[f"{PREFIX}job-id"] == "41"
 
@@ -139,7 +144,12 @@ async def test_an_outage_while_submitting_is_retried_and_told_on_powers_of_two(
     await settle(bed)
     told = [e["message"] for e in bed.kube.calls("POST", "/api/v1/namespaces/ns/events")]
     assert [m.split("(try ")[1].split(",")[0] for m in told] == ["1", "2", "3", "5"]
-    assert bed.kube.calls("PATCH") == [], "nothing is written while Slurm does not answer"
+    # no annotation while Slurm does not answer; why the Pod waits, once in 10 s
+    (status,) = bed.kube.calls("PATCH")
+    assert status["status"]["conditions"][0]["reason"] == "SchedulerError"
+    assert "(try 1, retrying with backoff): slurmctld down" in (
+        status["status"]["conditions"][0]["message"])
+    assert bed.kube.calls("PATCH", "/api/v1/namespaces/ns/pods/p/status") == [status]
 
 
 def add_node(bed: Bed, name: str = "node-a", cpu: str = "4") -> None:

@@ -32,6 +32,12 @@ def test_a_pending_job_is_read_a_second_after_submission_then_now_and_then() -> 
     assert plan_poll(read, {1: "PENDING"}, now=41.0, asked={1}).fetch == [1]
 
 
+def test_a_pending_job_slurm_has_not_looked_at_yet_is_read_again_a_second_later() -> None:
+    unsaid = {1: Followed("PENDING", False, 11.0, reason="None")}
+    assert plan_poll(unsaid, {1: "PENDING"}, now=11.5, asked={1}).fetch == []
+    assert plan_poll(unsaid, {1: "PENDING"}, now=12.0, asked={1}).fetch == [1]
+
+
 def test_pending_jobs_are_refreshed_a_few_at_a_time_oldest_first() -> None:
     followed = {i: Followed("PENDING", False, float(100 - i), reason="Priority")
                 for i in range(20)}

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sunk.plans import actions as do
-from sunk.plans import ownership, translate
+from sunk.plans import ownership, translate, waiting
 from sunk.plans.decide import JobView, PodView
 from sunk.plans.ownership import Keys, Ownership
 from sunk.plans.placement import NodeInfo, Snapshot
@@ -386,8 +386,8 @@ def test_a_mapping_of_the_wrong_type_rejects_the_pod(value: object) -> None:
 
 def test_a_required_node_that_is_cordoned_is_looked_at_again() -> None:
     decision = Decision(mappings={"required_nodes": ["c1"]})
-    assert submit(pod(), decision) == (do.RetryLater(
-        "required node(s) not usable yet (c1: unschedulable (cordoned)); waiting"),)
+    why = "required node(s) not usable yet (c1: unschedulable (cordoned)); waiting"
+    assert submit(pod(), decision) == (do.RetryLater(why, show=waiting.unschedulable(why)),)
 
 
 def test_a_retry_keeps_the_first_try_events_before_it() -> None:
@@ -401,8 +401,10 @@ def test_a_retry_keeps_the_first_try_events_before_it() -> None:
     (translate.Unschedulable("TooBig", "no node has 99 GPUs"),
      do.Reject("TooBig", "no node has 99 GPUs")),
     (translate.InvalidPod("cpu: bad"), do.Reject("InvalidPod", "cpu: bad")),
-    (translate.NotYet("node c1 is cordoned"), do.RetryLater("node c1 is cordoned")),
-    (translate.NoRoom("no Node has room"), do.RetryLater("no Node has room", room=True)),
+    (translate.NotYet("node c1 is cordoned"), do.RetryLater(
+        "node c1 is cordoned", show=waiting.unschedulable("node c1 is cordoned"))),
+    (translate.NoRoom("no Node has room"), do.RetryLater(
+        "no Node has room", room=True, show=waiting.unschedulable("no Node has room"))),
 ])
 def test_each_kind_of_translate_error(monkeypatch: pytest.MonkeyPatch, error: Exception,
                                       expected: do.PodAction) -> None:

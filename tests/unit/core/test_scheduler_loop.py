@@ -104,8 +104,10 @@ async def test_a_new_pod_gets_a_job_and_its_id_written(loop: Loop) -> None:
     # wait for the API server's answer
     assert bed.cluster.assumed.pending_annotations(UID)[JOB_ID] == "41"
     await bed.settle()
-    (patch,) = bed.kube.calls("PATCH", POD_PATH)
-    assert patch == {"metadata": {"annotations": {JOB_ID: "41", POD_UID: UID, REJECTED: None}}}
+    (patch,) = bed.kube.calls("PATCH", POD_PATH)  # with why the Pod waits (its status)
+    assert patch["metadata"] == {"uid": UID,
+                                 "annotations": {JOB_ID: "41", POD_UID: UID, REJECTED: None}}
+    assert patch["status"]["conditions"][0]["reason"] == "Pending"
     assert bed.cluster.jobs.by_uid == {UID: 41}
     record = bed.cluster.state.pods["ns/p"]
     assert record.job_description is not None and record.phase == "Pending"
@@ -199,7 +201,9 @@ async def test_a_submission_whose_answer_was_lost_is_adopted_by_the_plan_not_rep
     assert len(bed.slurm.calls("POST", SUBMIT)) == 1, "not submitted again"
     assert bed.cluster.jobs.unanswered == {} and bed.cluster.jobs.by_uid == {UID: 7}
     await bed.settle()
-    (patch,) = bed.kube.calls("PATCH", POD_PATH)
+    (status,) = bed.kube.calls("PATCH", f"{POD_PATH}/status")  # why it waited
+    assert status["status"]["conditions"][0]["reason"] == "SchedulerError"
+    (patch,) = [p for p in bed.kube.calls("PATCH", POD_PATH) if p is not status]
     assert patch["metadata"]["annotations"][JOB_ID] == "7"
     assert bed.cluster.state.pods["ns/p"].history[-1].what == "adopted"
 

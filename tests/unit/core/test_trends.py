@@ -195,10 +195,11 @@ def test_the_default_sources_are_the_schedulers_metrics() -> None:
 
     before = read()
     metrics.PODS_BOUND.inc()
-    metrics.BIND_LATENCY.observe(0.7)
+    metrics.BIND_LATENCY.labels("team-a").observe(0.7)
+    metrics.BIND_LATENCY.labels("team-b").observe(0.2)  # summed over namespaces
     after = read()
     assert increase(before.bound, after.bound) == 1
-    assert latency(histogram_delta(before.latency, after.latency)).count == 1
+    assert latency(histogram_delta(before.latency, after.latency)).count == 2
 
 
 def counting(calls: int) -> tuple[asyncio.Event, TrendRecorder]:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import pytest
 
-from sunk import kube
+from sunk import kube, objects
 from tests.unit.kube.fakes import FakeServer, client, listing, never, obj, status, watch
 
 Seen = list[tuple[str, str]]
@@ -289,4 +289,32 @@ async def test_a_listing_that_is_not_a_list_is_an_error() -> None:
     for expected in ("not a list", "not a list", "not JSON", "403 forbidden"):
         with pytest.raises(kube.KubeError, match=expected):
             await api.list("pods")
+    await api.aclose()
+
+
+async def test_the_typed_fields_follow_the_cache_through_list_watch_and_relist(
+        running: Callable[[kube.Informer], None]) -> None:
+    """Each cached object is decoded once, when cached, and let go when the cache lets it go:
+    the handler already reads the new object's typed fields, and nothing is kept for a
+    replaced, deleted or re-listed object (else the typed copies would grow for ever)."""
+    a2 = obj("a", "12", spec={"nodeName": "n2"})
+    server = FakeServer(
+        listing("10", obj("a", "1", spec={"nodeName": "n1"}), obj("b", "2")),
+        watch(("MODIFIED", a2), ("DELETED", obj("b", "13")),
+              ("ERROR", {"kind": "Status", "code": 410, "message": "too old"})),
+        listing("20", obj("c", "21")),
+        never)
+    decoded = objects.Decoded(objects.Pod)
+    nodes_seen: list[tuple[str, str]] = []
+    api = client(server)
+    informer = kube.Informer(api, "pods", decoded=decoded, handler=lambda kind, o: (
+        nodes_seen.append((kind, decoded.read(o).spec.node_name))))
+    running(informer)
+    await server.wait_for(4)
+    assert nodes_seen == [("ADDED", "n1"), ("ADDED", ""), ("MODIFIED", "n2"), ("DELETED", ""),
+                          ("DELETED", "n2"), ("ADDED", "")]
+    (cached,) = informer.cache.values()
+    assert len(decoded) == 1
+    assert decoded.read(cached) is decoded.read(cached)  # kept, not decoded on each read
+    assert decoded.read(cached).metadata.key == "ns/c"
     await api.aclose()

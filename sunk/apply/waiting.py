@@ -1,0 +1,99 @@
+"""Writes why a Pod waits onto it: its ``PodScheduled`` condition and nominated Node.
+
+A courtesy, as an Event is: written in the background, never on a Pod's hot path; a failed
+write is logged and forgotten, so the next look at the Pod writes it again. Where the Pod gets
+a write anyway (its job id, two seconds after the submission), the condition rides along
+(:meth:`WaitingWriter.ride_along`): most Pods that wait cost no write of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from sunk import kube, objects
+from sunk.apply.background import Background
+from sunk.apply.ports import KubePort
+from sunk.model.cluster import Cluster
+from sunk.model.podmemory import PodMemory
+from sunk.plans import waiting
+from sunk.plans.decide import FAILED_LAUNCH_HOLDS
+from sunk.plans.waiting import Shown, Waiting
+from sunk.runtime import metrics
+from sunk.slurm.job import Job
+from sunk.slurm.text import expand_hostlist
+
+log = logging.getLogger("sunk.apply.waiting")
+
+
+def job_waiting(cluster: Cluster, job: Job, wall: float) -> tuple[Waiting, list[str]] | None:
+    """What the Pods of ``job`` show until it starts, and the Kubernetes Nodes Slurm's
+    backfill plans it on (a gang member's is its rank's); None once started or ended, or held
+    after a failed launch (the plans' case). A reason not read yet reads as Slurm's own word
+    for it, ``None``."""
+    owner = job.owner
+    if owner is None or job.finished or job.started or job.reason in FAILED_LAUNCH_HOLDS:
+        return None
+    if job.state != "PENDING":  # allocated: its prolog runs, then the placeholder starts
+        return waiting.starting(job.job_id, job.nodes, cluster.index().to_k8s), []
+    start = waiting.expected_start(job.raw, wall)
+    planned = job.raw.get("scheduled_nodes")
+    nodes: list[str] = []
+    if isinstance(planned, str) and planned:
+        to_k8s = cluster.index().to_k8s
+        nodes = [to_k8s[name] for name in expand_hostlist(planned) if name in to_k8s]
+    return waiting.in_slurm(job.job_id, job.reason or "None", start, nodes,
+                            gang=owner.name if owner.gang else ""), nodes
+
+
+class WaitingWriter:
+    def __init__(self, cluster: Cluster, kube_port: KubePort, memory: PodMemory,
+                 background: Background) -> None:
+        self.cluster = cluster
+        self.kube = kube_port
+        self.memory = memory
+        self.background = background
+
+    def show(self, pod: kube.Obj, want: Waiting) -> bool:
+        """Write ``want`` on the Pod if it says something new and the Pod was not written in
+        the last 10 s (:func:`~sunk.plans.waiting.to_write`); False if not written now (a
+        later look writes it)."""
+        now = time.monotonic()
+        uid = objects.pod(pod).metadata.uid
+        if waiting.to_write(self.memory.shown.get(uid), want, now) != 0.0:
+            return False
+        shown = self._shown(uid, want, now)
+        self.background.fire(self._write(pod, uid, shown))
+        return True
+
+    def ride_along(self, pod: kube.Obj) -> tuple[Mapping[str, Any], str] | None:
+        """For a write the Pod gets anyway: the condition and nominated Node it should show
+        now, taken as shown; None if it shows that already or its job does not wait."""
+        uid = objects.pod(pod).metadata.uid
+        job = self.cluster.jobs.get(self.cluster.jobs.by_uid.get(uid, 0))
+        found = job_waiting(self.cluster, job, time.time()) if job is not None else None
+        now = time.monotonic()
+        if found is None or waiting.to_write(self.memory.shown.get(uid), found[0], now) is None:
+            return None
+        shown = self._shown(uid, found[0], now)
+        metrics.child(metrics.CONDITIONS_WRITTEN, shown.waiting.reason).inc()
+        return waiting.condition(shown.waiting, shown.since), shown.waiting.nominated
+
+    def _shown(self, uid: str, want: Waiting, now: float) -> Shown:
+        before = self.memory.shown.get(uid)
+        shown = Shown(want, at=now, since=before.since if before is not None else time.time())
+        self.memory.shown[uid] = shown
+        return shown
+
+    async def _write(self, pod: kube.Obj, uid: str, shown: Shown) -> None:
+        try:
+            await self.kube.show_waiting(pod, waiting.condition(shown.waiting, shown.since),
+                                         shown.waiting.nominated)
+            metrics.child(metrics.CONDITIONS_WRITTEN, shown.waiting.reason).inc()
+        except kube.KubeError as exc:
+            if self.memory.shown.get(uid) is shown:  # written again by the next look
+                del self.memory.shown[uid]
+            log.info("pod %s: could not write why it waits: %s",
+                     objects.pod(pod).metadata.key, exc)

@@ -1,0 +1,180 @@
+"""The fields of Pods and Nodes that sunk reads, as typed structs decoded once.
+
+The informers keep each object as the dict the API server sent (trimmed: :mod:`sunk.kube.trim`),
+because writes, policies and the dashboard need the object as it is. Code that *reads* a Pod or
+a Node asks :func:`pod` or :func:`node` for its typed fields instead of walking the dict with
+``.get("spec") or {}``: mypy then knows every field, and a missing one has its API default.
+
+An informer decodes each object once, when it caches it (:class:`Decoded` remembers the struct
+by the identity of the cached dict); any other dict (an assumed copy, a test's Pod) is decoded
+when read. The structs are frozen: they are read, never written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+log = logging.getLogger("sunk.objects")
+
+Obj = dict[str, Any]
+
+
+class OwnerReference(msgspec.Struct, frozen=True, gc=False, rename="camel"):
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    api_version: str = ""
+    controller: bool = False
+
+
+class Meta(msgspec.Struct, frozen=True, gc=False, rename="camel"):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str = ""
+    generation: int | None = None
+    creation_timestamp: str = ""
+    deletion_timestamp: str | None = None
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    owner_references: tuple[OwnerReference, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``, or ``name`` for a cluster-scoped object (the caches' key)."""
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name
+
+    @property
+    def terminating(self) -> bool:
+        return bool(self.deletion_timestamp)
+
+
+class Resources(msgspec.Struct, frozen=True, gc=False):
+    #: Quantities as the API gives them ("500m", "4Gi"): parsed where they are added up.
+    requests: dict[str, Any] = {}
+
+
+class Container(msgspec.Struct, frozen=True, gc=False, rename="camel"):
+    name: str = ""
+    resources: Resources = Resources()
+    #: ``Always`` on an init container: a sidecar, running beside the others.
+    restart_policy: str = ""
+
+
+class PodSpec(msgspec.Struct, frozen=True, gc=False, rename="camel"):
+    node_name: str = ""
+    scheduler_name: str = ""
+    hostname: str = ""
+    containers: tuple[Container, ...] = ()
+    init_containers: tuple[Container, ...] = ()
+    overhead: dict[str, Any] = {}
+    #: As the API gives them: matched by :mod:`sunk.plans.locking` and placement.
+    tolerations: tuple[dict[str, Any], ...] = ()
+    node_selector: dict[str, str] = {}
+    affinity: dict[str, Any] = {}
+
+    @property
+    def required_node_terms(self) -> tuple[dict[str, Any], ...]:
+        """The required node affinity's terms (one must hold; none: no affinity required)."""
+        node_affinity = self.affinity.get("nodeAffinity") or {}
+        required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+        return tuple(required.get("nodeSelectorTerms") or ())
+
+
+class PodStatus(msgspec.Struct, frozen=True, gc=False, rename="camel"):
+    phase: str = "Pending"
+
+
+class Pod(msgspec.Struct, frozen=True, gc=False):
+    metadata: Meta = Meta()
+    spec: PodSpec = PodSpec()
+    status: PodStatus = PodStatus()
+
+
+class NodeSpec(msgspec.Struct, frozen=True, gc=False):
+    unschedulable: bool = False
+    #: As the API gives them: matched against tolerations, and written back with changes.
+    taints: tuple[dict[str, Any], ...] = ()
+
+
+class NodeStatus(msgspec.Struct, frozen=True, gc=False):
+    allocatable: dict[str, Any] = {}
+
+
+class Node(msgspec.Struct, frozen=True, gc=False):
+    metadata: Meta = Meta()
+    spec: NodeSpec = NodeSpec()
+    status: NodeStatus = NodeStatus()
+
+
+#: What a :class:`Decoded` holds: :class:`Pod` or :class:`Node`.
+T = TypeVar("T", bound=msgspec.Struct)
+
+
+class Decoded(Generic[T]):
+    """Typed copies of the objects an informer caches, found by the identity of the cached
+    dict: decoded when cached, dropped when the cache lets the dict go. The cached dicts are
+    never changed in place (a changed object arrives as a new dict), so a copy stays true."""
+
+    def __init__(self, kind: type[T]) -> None:
+        self.kind: type[T] = kind
+        self._by_id: dict[int, tuple[Mapping[str, Any], T]] = {}
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def read(self, obj: Mapping[str, Any]) -> T:
+        hit = self._by_id.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        return self.decode(obj)
+
+    def decode(self, obj: Mapping[str, Any]) -> T:
+        """``obj``'s fields; the API defaults for a field of the wrong type (the API server
+        validates objects, so only a hand-made one has them), and a log line naming it."""
+        try:
+            return msgspec.convert(obj, self.kind, strict=False)
+        except msgspec.ValidationError:
+            pass
+        try:  # an explicit null reads as the field's default, as an absent field does
+            return msgspec.convert(_without_nulls(obj), self.kind, strict=False)
+        except msgspec.ValidationError as exc:
+            meta = obj.get("metadata")
+            name = meta.get("name") if isinstance(meta, dict) else None
+            log.warning("%s %r has a field sunk cannot read: %s", self.kind.__name__, name, exc)
+            return self.kind()
+
+    def keep(self, obj: Obj) -> None:
+        self._by_id[id(obj)] = (obj, self.decode(obj))
+
+    def drop(self, obj: Obj) -> None:
+        hit = self._by_id.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            del self._by_id[id(obj)]
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [_without_nulls(v) for v in value if v is not None]
+    return value
+
+
+#: Every cached Pod's and Node's fields (the informers of Pods and Nodes fill them).
+PODS: Decoded[Pod] = Decoded(Pod)
+NODES: Decoded[Node] = Decoded(Node)
+
+
+def pod(obj: Mapping[str, Any]) -> Pod:
+    """The fields sunk reads of a Pod (decoded once if an informer caches it)."""
+    return PODS.read(obj)
+
+
+def node(obj: Mapping[str, Any]) -> Node:
+    """The fields sunk reads of a Node (decoded once if an informer caches it)."""
+    return NODES.read(obj)

@@ -1,0 +1,128 @@
+"""A Pod whose job waits in Slurm's queue says why and until when, where Kubernetes users look:
+its PodScheduled condition and nominated Node, end to end on the real bed."""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+import httpx
+
+from sunk.kube import Client
+from testbed import cluster, errors
+from tests.e2e.conftest import RunningScheduler
+from tests.e2e.helpers import create, eventually, get_pod, pod_manifest, wait_bound
+from tests.e2e.helpers import job as slurm_job
+
+PREFIX = "sunk.coreweave.com/"
+RESERVATION = "sunk-e2e-waiting"
+
+
+def scheduled(pod: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The Pod's PodScheduled condition, if it has one."""
+    conditions = ((pod or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+
+
+async def test_pods_waiting_in_slurm_say_why_and_until_when_and_are_then_scheduled(
+        kube: Client, slurm: httpx.AsyncClient, namespace: str,
+        scheduler: RunningScheduler, testbed: cluster.Testbed) -> None:
+    """One Pod for each way a job waits: behind a busy node (Resources), behind a job of
+    higher priority (Priority), for a reservation that begins in an hour (Reservation), over
+    its QOS's per-user limit (QOS...), on a drained node (ReqNodeNotAvail). Each shows its
+    reason within 5 s of its job's submission."""
+    busy, reserved, held = (n.slurm_name for n in testbed.nodes[1:4])
+    blocker = testbed.slurm("sbatch", "--parsable", f"--nodelist={busy}", "--exclusive",
+                            "--time=10", "--chdir=/tmp", "--output=/dev/null",
+                            "--wrap=sleep 600").strip()
+    testbed.slurm("scontrol", "update", f"nodename={held}", "state=drain", "reason=e2e-held")
+    testbed.slurm("scontrol", "create", "reservation", f"ReservationName={RESERVATION}",
+                  f"Nodes={reserved}", "StartTime=now+1hour", "Duration=10", "Users=root")
+    testbed.slurm("sacctmgr", "-i", "modify", "qos", "where", "name=low", "set",
+                  "MaxTRESPerUser=cpu=1")
+    try:
+        async def blocking() -> bool:
+            return bool((await slurm_job(slurm, blocker))["job_state"] == ["RUNNING"])
+
+        await eventually(blocking, within=60)
+        # name -> its annotations, and Slurm's reason for its job (for a busy required node,
+        # Slurm says Resources, Priority or ReqNodeNotAvail, as its backfill goes)
+        waiting: dict[str, tuple[dict[str, str], str]] = {
+            "resources": ({"required-nodes": busy, "priority": "1000"}, "Resources"),
+            "priority": ({"required-nodes": busy, "priority": "10"}, "Priority"),
+            "reservation": ({"reservation": RESERVATION}, "Reservation"),
+            "held": ({"required-nodes": held}, "ReqNodeNotAvail"),
+        }
+        await create(kube, pod_manifest("qos-first", namespace, scheduler.name, cpu="1",
+                                        annotations={f"{PREFIX}qos": "low"}))
+        await wait_bound(kube, namespace, "qos-first")
+        waiting["qos-second"] = ({"qos": "low"}, "QOSMax")
+        for name, (annotations, _) in waiting.items():
+            await create(kube, pod_manifest(name, namespace, scheduler.name, cpu="1", annotations={
+                PREFIX + key: value for key, value in annotations.items()}))
+        async def says(name: str, words: str) -> dict[str, Any] | None:
+            condition = scheduled(await get_pod(kube, namespace, name))
+            return condition if condition and words in condition.get("message", "") else None
+
+        late = []
+        for name in waiting:
+            async def submitted(name: str = name) -> float | None:
+                pod = await get_pod(kube, namespace, name)
+                has_job = pod and f"{PREFIX}job-id" in pod["metadata"].get("annotations", {})
+                return time.monotonic() if has_job else None
+
+            since = await eventually(submitted)
+            first = await eventually(functools.partial(says, name, " is pending ("), within=30)
+            if time.monotonic() - since > 5:
+                late.append(f"{name}: {time.monotonic() - since:.1f} s")
+            assert (first["status"], first["reason"]) == ("False", "Pending"), first
+            assert first["message"].startswith("Slurm job "), first
+        async def says_as_slurm(name: str) -> str | None:
+            """Slurm's reason for the Pod's job, once the Pod's condition says it."""
+            pod = await get_pod(kube, namespace, name) or {}
+            job = await slurm_job(slurm, pod["metadata"]["annotations"][f"{PREFIX}job-id"])
+            said = await says(name, f"({job['state_reason']})")
+            return str(job["state_reason"]) if said else None
+
+        for name, (_, reason) in waiting.items():  # as Slurm says it, once its backfill looked
+            try:
+                said = await eventually(functools.partial(says_as_slurm, name), within=75)
+            except TimeoutError:
+                shown = scheduled(await get_pod(kube, namespace, name))
+                raise AssertionError(f"{name} never said what Slurm says: {shown}") from None
+            assert said.startswith(reason) or (reason in ("Resources", "Priority") and said in (
+                "Resources", "Priority", "ReqNodeNotAvail")), (name, said)
+        assert not late, f"said why later than 5 s after the job id was written: {late}"
+
+        # Slurm's backfill plans the Pod behind the 10-minute blocker: a start time, and the
+        # busy node's Node nominated (`kubectl get pods -o wide` shows it)
+        async def planned() -> dict[str, Any] | None:
+            pod = await get_pod(kube, namespace, "resources")
+            condition = scheduled(pod)
+            return pod if condition and "expects it to start at" in condition["message"] and (
+                pod and pod["status"].get("nominatedNodeName")) else None
+
+        pod = await eventually(planned, within=90)
+        busy_node = next(n.k8s_name for n in testbed.nodes if n.slurm_name == busy)
+        assert pod["status"]["nominatedNodeName"] == busy_node
+        assert f"on {busy_node}" in (scheduled(pod) or {})["message"]
+
+        testbed.slurm("scancel", blocker)
+        bound = await wait_bound(kube, namespace, "resources")
+        assert (scheduled(bound) or {}).get("status") == "True"
+    finally:
+        testbed.slurm("scancel", blocker)
+        testbed.slurm("scontrol", "update", f"nodename={held}", "state=resume")
+        testbed.slurm("sacctmgr", "-i", "modify", "qos", "where", "name=low", "set",
+                      "MaxTRESPerUser=cpu=-1")
+        testbed.slurm("scancel", f"--reservation={RESERVATION}")
+
+        async def reservation_deleted() -> bool:
+            try:
+                testbed.slurm("scontrol", "delete", f"ReservationName={RESERVATION}")
+            except errors.TestbedError:
+                return False  # still in use until its job has ended
+            return True
+
+        await eventually(reservation_deleted)

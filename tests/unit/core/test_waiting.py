@@ -1,0 +1,67 @@
+"""Why a Pod waits, as a PodScheduled condition: Slurm's reasons in words, the start estimate,
+the nominated Node, and when a change is worth a write."""
+
+from __future__ import annotations
+
+import pytest
+
+from sunk.plans import waiting
+
+NOW = 1_800_000_000.0
+
+
+@pytest.mark.parametrize(("reason", "words"), [
+    ("Resources", "the nodes it can use are busy"),
+    ("Priority", "jobs of higher priority are ahead of it"),
+    ("ReqNodeNotAvail", "a node it needs is not available"),
+    ("Reservation", "it waits for its reservation to begin"),
+    ("QOSMaxGRESPerUser", "a limit of its QOS is reached (QOSMaxGRESPerUser)"),
+    ("AssocGrpCpuLimit", "a limit of its account is reached (AssocGrpCpuLimit)"),
+    ("SomethingNew", "SomethingNew"),
+    ("", "no reason given yet"),
+])
+def test_slurm_reasons_read_as_words(reason: str, words: str) -> None:
+    assert waiting.slurm_reason_in_words(reason).startswith(words)
+
+
+@pytest.mark.parametrize(("start_time", "expected"), [
+    ({"set": True, "infinite": False, "number": int(NOW) + 600}, NOW + 600),
+    (int(NOW) + 60, NOW + 60),
+    ({"set": False, "infinite": False, "number": 0}, None),
+    ({"set": True, "infinite": True, "number": 0}, None),
+    ({"set": True, "infinite": False, "number": 0}, None),
+    ({"set": True, "infinite": False, "number": int(NOW) - 5}, None),  # past: no estimate
+    (None, None), ("soon", None), (True, None),
+])
+def test_the_start_estimate_is_read_only_where_slurm_gives_one(
+        start_time: object, expected: float | None) -> None:
+    assert waiting.expected_start({"start_time": start_time}, NOW) == expected
+
+
+def test_a_pending_job_names_itself_its_reason_its_start_and_its_planned_node() -> None:
+    shown = waiting.in_slurm(42, "Priority", NOW + 3600, ["kwok-node-3", "kwok-node-4"])
+    assert shown.reason == waiting.PENDING
+    assert shown.message == (
+        "Slurm job 42 is pending (Priority): jobs of higher priority are ahead of it; Slurm "
+        "expects it to start at 2027-01-15T09:00:00Z on kwok-node-3, kwok-node-4.")
+    assert (shown.nominated, shown.expected_start) == ("kwok-node-3", NOW + 3600)
+    plain = waiting.in_slurm(42, "Resources", None, ["kwok-node-3"], gang="team/train")
+    assert plain.message.startswith("gang team/train's Slurm job 42 is pending (Resources)")
+    assert "expects" not in plain.message and plain.nominated == ""  # no plan without a start
+
+
+def test_a_condition_is_written_once_per_change_and_not_more_often_than_every_10s() -> None:
+    first = waiting.in_slurm(1, "Resources", None, [])
+    other = waiting.in_slurm(1, "Priority", None, [])
+    assert waiting.to_write(None, first, NOW) == 0.0
+    shown = waiting.Shown(first, at=NOW)
+    assert waiting.to_write(shown, first, NOW + 100) is None  # shown already
+    assert waiting.to_write(shown, other, NOW + 4) == pytest.approx(6.0)
+    assert waiting.to_write(shown, other, NOW + 10) == 0.0
+
+
+def test_the_condition_is_kube_schedulers() -> None:
+    condition = waiting.condition(waiting.unschedulable("policy x: no"), NOW)
+    assert condition == {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                         "message": "policy x: no", "lastTransitionTime": "2027-01-15T08:00:00Z",
+                         "lastProbeTime": None}
