@@ -58,11 +58,14 @@ class WaitingWriter:
 
     def show(self, pod: kube.Obj, want: Waiting) -> bool:
         """Write ``want`` on the Pod if it says something new and the Pod was not written in
-        the last 10 s (:func:`~sunk.plans.waiting.to_write`); False if not written now (a
-        later look writes it)."""
+        the last 10 s (:func:`~sunk.plans.waiting.to_write`). False: it must wait (a later
+        look writes it); True: written, or shown already."""
         now = time.monotonic()
         uid = objects.pod(pod).metadata.uid
-        if waiting.to_write(self.memory.shown.get(uid), want, now) != 0.0:
+        wait = waiting.to_write(self.memory.shown.get(uid), want, now)
+        if wait is None:
+            return True
+        if wait > 0:
             return False
         shown = self._shown(uid, want, now)
         self.background.fire(self._write(pod, uid, shown))

@@ -34,6 +34,9 @@ class WaitingReporter:
         self.executor = executor
         #: Job id -> Slurm's last start estimate for it (epoch seconds), until it starts.
         self.estimates: dict[int, float] = {}
+        #: Job id -> the job as last shown on its Pods: the same record is not looked at again
+        #: (the job table replaces a job's record when it reads something new of it).
+        self._shown: dict[int, Job] = {}
 
     async def run(self) -> None:
         await forever("saying why Pods wait", self._every_second)
@@ -53,10 +56,13 @@ class WaitingReporter:
             if owner is None:
                 continue
             if job.state != "PENDING":
-                self._started(job_id, job, now, wall)
+                if job_id in self.estimates:
+                    self._started(job_id, job, now, wall)
                 continue
             waiting_pods[(owner.namespace, str(job.raw.get("partition") or ""),
                           job.reason or "None")] += len(owner.members) or 1
+            if self._shown.get(job_id) is job:
+                continue
             found = job_waiting(self.cluster, job, wall) if job.reason else None
             if found is None:
                 continue  # not read yet: its job id's write says it waits
@@ -66,11 +72,14 @@ class WaitingReporter:
             submitted = jobs.submitted_at.get(job_id)
             if submitted is not None and now - submitted < waiting.SHOW_AFTER:
                 continue  # likely to start at once; else its job id's write says it
-            for pod, nominated in self._waiting_pods(job, nodes):
-                self.executor.waiting.show(pod, dataclasses.replace(
-                    want, nominated=nominated if want.expected_start is not None else ""))
-        for gone in self.estimates.keys() - jobs.jobs.keys():
-            del self.estimates[gone]
+            shown = [self.executor.waiting.show(pod, dataclasses.replace(
+                         want, nominated=nominated if want.expected_start is not None else ""))
+                     for pod, nominated in self._waiting_pods(job, nodes)]
+            if all(shown):
+                self._shown[job_id] = job
+        for kept in (self.estimates, self._shown):
+            for gone in kept.keys() - jobs.jobs.keys():
+                del kept[gone]
         metrics.PODS_WAITING.clear()
         for (namespace, partition, reason), count in waiting_pods.items():
             metrics.PODS_WAITING.labels(namespace, partition, reason).set(count)

@@ -194,6 +194,15 @@ async def test_invalid_pods_get_an_event_and_no_job(
 
     events = await eventually(rejected)
     assert events[0]["reason"] == reason, events[0]
+
+    async def says_why() -> dict[str, Any] | None:  # where kubectl and autoscalers look
+        pod = await get_pod(kube, namespace, name) or {}
+        return next((c for c in pod.get("status", {}).get("conditions", [])
+                     if c["type"] == "PodScheduled" and c["status"] == "False"), None)
+
+    condition = await eventually(says_why, within=10)
+    assert condition["reason"] == "Unschedulable", condition
+    assert condition["message"].startswith(f"{reason}: "), condition
     pod = await get_pod(kube, namespace, name)
     assert pod is not None
     assert JOB_ID not in pod["metadata"].get("annotations", {})
