@@ -104,7 +104,10 @@ def _pod_row(scheduler: SchedulerView, rec: PodRecord, now: float, ranks: GangRa
         last_event=rec.last_event,
         last_transition=f"{last.what}: {last.detail}" if last and last.detail else
         (last.what if last else ""),
-        rejected=rec.rejected, gang=gang, gang_rank=rank, account=account, qos=qos)
+        rejected=rec.rejected, gang=gang, gang_rank=rank, account=account, qos=qos,
+        waiting="" if rec.k8s_node else rec.waiting,
+        expected_start=utc(rec.expected_start) if rec.expected_start and not rec.k8s_node
+        else None)
 
 
 def pods(scheduler: SchedulerView, now: float, *, namespace: str = "", state: str = "",

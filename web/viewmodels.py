@@ -76,6 +76,9 @@ class PodRow:
     #: there; "" and None for a Pod scheduled alone.
     gang: str = ""
     gang_rank: int | None = None
+    #: Why it waits (its PodScheduled condition's message) and Slurm's expected start.
+    waiting: str = ""
+    expected_start: datetime.datetime | None = None
     #: The Slurm account and QOS its job runs under: Slurm's record of the job, else what sunk
     #: submitted; "" while neither says.
     account: str = ""

@@ -67,7 +67,7 @@ class WaitingWriter:
             return True
         if wait > 0:
             return False
-        shown = self._shown(uid, want, now)
+        shown = self._shown(pod, want, now)
         self.background.fire(self._write(pod, uid, shown))
         return True
 
@@ -80,14 +80,17 @@ class WaitingWriter:
         now = time.monotonic()
         if found is None or waiting.to_write(self.memory.shown.get(uid), found[0], now) is None:
             return None
-        shown = self._shown(uid, found[0], now)
+        shown = self._shown(pod, found[0], now)
         metrics.child(metrics.CONDITIONS_WRITTEN, shown.waiting.reason).inc()
         return waiting.condition(shown.waiting, shown.since), shown.waiting.nominated
 
-    def _shown(self, uid: str, want: Waiting, now: float) -> Shown:
-        before = self.memory.shown.get(uid)
+    def _shown(self, pod: kube.Obj, want: Waiting, now: float) -> Shown:
+        meta = objects.pod(pod).metadata
+        before = self.memory.shown.get(meta.uid)
         shown = Shown(want, at=now, since=before.since if before is not None else time.time())
-        self.memory.shown[uid] = shown
+        self.memory.shown[meta.uid] = shown
+        if (record := self.cluster.state.pods.get(meta.key)) is not None:  # the dashboard's
+            record.waiting, record.expected_start = want.message, want.expected_start
         return shown
 
     async def _write(self, pod: kube.Obj, uid: str, shown: Shown) -> None:

@@ -67,6 +67,10 @@ class PodRecord:
     bound_at: float | None = None
     rejected: str = ""
     last_event: str = ""
+    #: Why it waits, as its PodScheduled condition says it, and Slurm's expected start
+    #: (epoch seconds) if it gave one.
+    waiting: str = ""
+    expected_start: float | None = None
     #: The job sunk submitted for it, as compressed JSON (:attr:`job_description`,
     #: :func:`pack_job`): about 0.2 kB a Pod, where the JSON took 1.1 kB and the dict 2.3 kB
     #: (the dashboard's Pod page reads it, one Pod at a time).

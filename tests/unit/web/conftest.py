@@ -31,9 +31,13 @@ def cluster(now: float) -> StaticScheduler:
     s.add_node("a100-003", "kwok-node-003", lock=None, gres_type="a100")
     # the account and QOS of a job: as submitted (Slurm's record not read yet), as Slurm's
     # record says, and neither (bound-1, done-1)
-    s.add_pod("team-a", "waiting-1", created=now - 30, job_id=11, job_state="PENDING",
-              pending_reason="Resources", last_event="JobSubmitted: Slurm job 11 submitted",
-              account="team-a", read=False)
+    waiting = s.add_pod("team-a", "waiting-1", created=now - 30, job_id=11,
+                        job_state="PENDING", pending_reason="Resources",
+                        last_event="JobSubmitted: Slurm job 11 submitted", account="team-a",
+                        read=False)
+    waiting.waiting = ("Slurm job 11 is pending (Resources): the nodes it can use are busy; "
+                       "Slurm expects it to start at 2026-01-01T00:10:00Z on kwok-node-000.")
+    waiting.expected_start = now + 600
     s.add_pod("team-a", "running-1", created=now - 600, phase="Running", job_id=12,
               job_state="RUNNING", slurm_node="h100-000", k8s_node="kwok-node-000",
               bound_after=1.25, last_event="Scheduled: Successfully assigned",

@@ -149,6 +149,19 @@ async def test_pod_page_shows_history_events_and_job(client: Client) -> None:
     assert "kwok-node-000" in r.text
 
 
+async def test_a_waiting_pod_shows_why_and_slurms_expected_start(client: Client) -> None:
+    page = (await client.get("/pods/team-a/waiting-1")).text
+    assert ("<dt>Why it waits</dt><dd class=\"waiting\">Slurm job 11 is pending (Resources): "
+            "the nodes it can use are busy;") in page
+    assert "<dt>Expected start</dt>" in page
+    listing = (await client.get("/pods")).text
+    (cell,) = re.findall(r'<tr data-pod="team-a/waiting-1".*?<td class="reason"([^>]*)>(.*?)</td>',
+                         listing, re.S)
+    assert 'title="Slurm job 11 is pending (Resources)' in cell[0]
+    assert cell[1].startswith("Resources") and "starts ~" in cell[1]
+    assert "Why it waits" not in (await client.get("/pods/team-a/running-1")).text
+
+
 async def test_pods_show_their_jobs_account_and_qos(client: Client) -> None:
     r = await client.get("/pods")
     assert "<th title=\"the Slurm account and QOS the job runs under\">Account / QOS</th>" \
@@ -424,7 +437,8 @@ async def test_api_pods_shape_and_filters(client: Client) -> None:
     assert set(pod) == {"namespace", "name", "state", "phase", "job_id", "job_state",
                         "pending_reason", "slurm_node", "k8s_node", "created_at",
                         "age_seconds", "time_to_bound_seconds", "last_event",
-                        "last_transition", "rejected", "gang", "gang_rank", "account", "qos"}
+                        "last_transition", "rejected", "gang", "gang_rank", "account", "qos",
+                        "waiting", "expected_start"}
     assert (pod["name"], pod["job_id"], pod["time_to_bound_seconds"]) == ("running-1", 12, 1.25)
     assert (pod["account"], pod["qos"]) == ("research", "high")
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)", pod["created_at"])
@@ -440,6 +454,8 @@ async def test_api_pod(client: Client) -> None:
     assert set(body) == {"pod", "uid", "labels", "annotations", "job_description",
                          "slurm_job", "history", "events", "events_error"}
     assert body["pod"]["pending_reason"] == "Resources"
+    assert body["pod"]["waiting"].startswith("Slurm job 11 is pending (Resources)")
+    assert body["pod"]["expected_start"] is not None
     assert (body["pod"]["account"], body["pod"]["qos"]) == ("team-a", "")  # as submitted
     assert body["events"][0]["reason"] == "InvalidAnnotation"
     assert body["history"][0] == {"at": body["history"][0]["at"], "what": "JobSubmitted",
