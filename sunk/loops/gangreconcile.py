@@ -72,6 +72,9 @@ class GangReconciler:
                                  "started")
             log.info("gang %s: all %d members bound %.3fs after job %d started", found.key,
                      len(facts.job.members), took, facts.job.job_id)
+        if plan.show is not None:
+            for pod, _ in claimed:
+                self.executor.waiting.show(pod, plan.show)
         if later is None and plan.recheck_in is not None:
             later = do.RetryLater(plan.waiting or "a timeout is due", after=plan.recheck_in)
         return later

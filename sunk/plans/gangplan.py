@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sunk.plans import actions as do
-from sunk.plans import placement
+from sunk.plans import placement, waiting
 from sunk.plans.decide import JobView
 from sunk.plans.gang import NODE_ANNOTATION, RANK_ANNOTATION, TERMINAL, Gang
 from sunk.plans.translate import NoRoom, Unschedulable, gang_job_description
+from sunk.plans.waiting import Waiting
 from sunk.slurm.job import PodIdentity
 
 #: How often a gang gets a new job after its job was held, failed to launch or was not
@@ -94,6 +95,8 @@ class GangPlan:
     recheck_in: float | None = None
     #: What the gang waits for, for the dashboard ("" when nothing).
     waiting: str = ""
+    #: What each of its members shows while it waits (its PodScheduled condition), if any.
+    show: Waiting | None = None
 
 
 def _names(keys: list[str]) -> str:
@@ -225,14 +228,15 @@ def _without_live_job(f: GangFacts, job: GangJob | None, live: list[MemberFacts]
         return GangPlan(waiting=gang.waiting, recheck_in=5.0)
     if not gang.complete:
         have = f"{len(gang.members)} of {gang.size} members"
+        show = waiting.gang_incomplete(gang.name, len(gang.members), gang.size)
         if f.waited_for < f.incomplete_after:
             return GangPlan(waiting=f"{have}; nothing is submitted until all exist",
-                            recheck_in=f.incomplete_after - f.waited_for)
+                            recheck_in=f.incomplete_after - f.waited_for, show=show)
         return GangPlan(tuple(_all(live, do.PodEvent(  # told once: the same words each time
             "GangIncomplete", f"gang {gang.name} has {have} after more than "
                               f"{f.incomplete_after:.0f}s; nothing is submitted until all "
                               "exist", warning=True))),
-            waiting=f"{have}; nothing is submitted until all exist")
+            waiting=f"{have}; nothing is submitted until all exist", show=show)
     return GangPlan(submit=True, waiting="submitting its job")
 
 

@@ -130,10 +130,11 @@ def starting(job_id: int, slurm_nodes: str, to_k8s: Mapping[str, str]) -> Waitin
                             "its placeholder starts, after the node's prolog.")
 
 
-def gang_incomplete(gang: str, present: int, size: int) -> Waiting:
+def gang_incomplete(gang: str, present: int, size: int | None) -> Waiting:
     """A member of a gang that waits for its other members before it is submitted."""
-    return Waiting(PENDING, f"gang {gang} waits for its members: {present} of {size} exist; "
-                            "it is submitted to Slurm as one job when all do.")
+    of = f"{present} of {size}" if size is not None else f"{present} of a size not known yet,"
+    return Waiting(PENDING, f"gang {gang} waits for its members: {of} exist; it is submitted "
+                            "to Slurm as one job when all do.")
 
 
 def unschedulable(message: str) -> Waiting:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from sunk.plans import actions as do
+from sunk.plans import waiting
 from sunk.plans.decide import JobView
 from sunk.plans.gang import Gang, Member
 from sunk.plans.gangplan import (
@@ -92,7 +93,10 @@ def test_a_complete_gang_of_one_is_submitted() -> None:
 def test_an_incomplete_gang_waits_quietly_before_its_timeout() -> None:
     plan = plan_gang(facts(gang(2, 3), [member(0), member(1)], waited_for=100.0))
     assert plan == GangPlan(waiting="2 of 3 members; nothing is submitted until all exist",
-                            recheck_in=200.0)
+                            recheck_in=200.0, show=waiting.gang_incomplete("label:train", 2, 3))
+    assert plan.show is not None and plan.show.message == (
+        "gang label:train waits for its members: 2 of 3 exist; it is submitted to Slurm as "
+        "one job when all do.")
     just = plan_gang(facts(gang(2, 3), [member(0), member(1)], waited_for=299.5))
     assert just.steps == () and just.recheck_in == pytest.approx(0.5) and not just.submit
 
@@ -106,7 +110,8 @@ def test_an_incomplete_gang_is_told_after_its_timeout(waited: float) -> None:
     assert plan == GangPlan(
         tuple((f"ns/p-{i}", do.PodEvent("GangIncomplete", message, warning=True))
               for i in range(2)),
-        waiting="2 of 3 members; nothing is submitted until all exist")
+        waiting="2 of 3 members; nothing is submitted until all exist",
+        show=waiting.gang_incomplete("label:train", 2, 3))
     assert not plan.submit
 
 

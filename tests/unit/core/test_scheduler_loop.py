@@ -925,3 +925,19 @@ async def test_a_gang_larger_than_slurm_is_rejected(loop: Loop) -> None:
     await bed.settle()
     assert reasons(bed) == ["GangTooLarge"] * 3
     assert bed.cluster.state.gangs["ns/label:g"].problem.startswith("GangTooLarge: ")
+
+
+async def test_members_of_a_gang_that_waits_for_the_rest_say_so(loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    for i in range(2):  # of 3
+        bed.add_pod(pod(f"gggg-000{i}", f"m{i}", labels={f"{PREFIX}gang": "train"},
+                        annotations={f"{PREFIX}gang-size": "3"}))
+    await scheduler.gangs.reconcile(GangKey("ns", "label:train"), first_try=True)
+    await bed.settle()
+    shown = {path: body["status"]["conditions"][0]["message"]
+             for path, body in ((c[1], c[2]) for c in bed.kube.seen
+                                if c[0] == "PATCH" and c[1].endswith("/status"))}
+    assert shown == {f"/api/v1/namespaces/ns/pods/m{i}/status": (
+        "gang label:train waits for its members: 2 of 3 exist; it is submitted to Slurm as one "
+        "job when all do.") for i in range(2)}
+    assert bed.slurm.calls("POST", SUBMIT) == []
