@@ -17,7 +17,9 @@ import pytest
 import yaml
 from celpy import celtypes
 from celpy.evaluation import CELEvalError
+from prometheus_client import REGISTRY
 
+import sunk.runtime.metrics  # noqa: F401  (registers the scheduler's metrics)
 from sunk.plans.translate import OWNED_ANNOTATIONS
 from sunk.policy.cel import compile_expression, new_activation, to_cel
 from sunk.settings import from_args
@@ -399,6 +401,26 @@ def test_the_pod_monitor_is_optional(helm: Path) -> None:
     assert monitor["spec"]["podMetricsEndpoints"] == [
         {"port": "metrics", "path": "/metrics", "interval": "30s"}]
     assert monitor["metadata"]["labels"]["release"] == "prom"
+
+
+def test_the_grafana_dashboard_is_optional_and_reads_metrics_the_scheduler_has(
+        helm: Path) -> None:
+    assert not [o for o in render(helm) if o["kind"] == "ConfigMap"
+                and o["metadata"]["name"].endswith("-grafana-dashboard")]
+    (config_map,) = [o for o in render(helm, {"scheduler.grafanaDashboard.enabled": True})
+                     if o["kind"] == "ConfigMap"
+                     and o["metadata"]["name"].endswith("-grafana-dashboard")]
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(config_map["data"]["sunk.json"])
+    used = {name for panel in dashboard["panels"] for target in panel["targets"]
+            for name in re.findall(r"\bsunk_[a-z_]+", target["expr"])}
+    assert {"sunk_pods_waiting", "sunk_pod_creation_to_bound_seconds_bucket",
+            "sunk_start_estimate_error_seconds_bucket"} <= used
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"),
+                "gauge": ("",)}
+    known = {metric.name + suffix for metric in REGISTRY.collect()
+             if metric.name.startswith("sunk_") for suffix in suffixes.get(metric.type, ())}
+    assert used <= known, used - known  # every series it plots, the scheduler exports
 
 
 # -- policies ------------------------------------------------------------------------------------
