@@ -13,6 +13,7 @@ gathers the facts and the executor writes.
 from __future__ import annotations
 
 import datetime
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -143,6 +144,33 @@ def unschedulable(message: str) -> Waiting:
 
 def scheduler_error(message: str) -> Waiting:
     return Waiting(SCHEDULER_ERROR, message)
+
+
+@dataclass(frozen=True)
+class Said:
+    """What a message of :func:`in_slurm` says, read back (``kubectl sunk``): Slurm's reason
+    and expected start ("" where it says none)."""
+
+    reason: str = ""
+    start: str = ""
+
+
+_SAID = re.compile(r"Slurm job \d+ is (?:pending \((?P<reason>[^)]*)\)|(?P<starting>starting))"
+                   r"(?:.*?Slurm expects it to start at (?P<start>\S+?)(?: on |\.$))?")
+
+
+def read_message(message: str) -> Said:
+    """The reason and start a condition's message of ours gives; empty for another's."""
+    found = _SAID.search(message)
+    if found is None:
+        return Said("GangIncomplete" if " waits for its members: " in message else "")
+    return Said(found["reason"] or ("Starting" if found["starting"] else ""),
+                found["start"] or "")
+
+
+def is_ours(message: str) -> bool:
+    """A condition message sunk writes of a job or a gang (not another scheduler's)."""
+    return bool(_SAID.search(message)) or " waits for its members: " in message
 
 
 def to_write(shown: Shown | None, want: Waiting, now: float) -> float | None:
