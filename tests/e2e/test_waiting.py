@@ -4,15 +4,18 @@ its PodScheduled condition and nominated Node, end to end on the real bed."""
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from sunk.kube import Client
-from testbed import cluster, errors
-from tests.e2e.conftest import RunningScheduler
-from tests.e2e.helpers import create, eventually, get_pod, pod_manifest, wait_bound
+from testbed import cluster, errors, pki
+from tests.e2e.conftest import REPO, RunningScheduler
+from tests.e2e.helpers import call_api, create, eventually, get_pod, pod_manifest, wait_bound
 from tests.e2e.helpers import job as slurm_job
 
 PREFIX = "sunk.coreweave.com/"
@@ -126,3 +129,88 @@ async def test_pods_waiting_in_slurm_say_why_and_until_when_and_are_then_schedul
             return True
 
         await eventually(reservation_deleted)
+
+
+def kubectl_sunk(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The plugin as a user runs it (``kubectl sunk`` runs ``kubectl-sunk``)."""
+    return subprocess.run([sys.executable, "-m", "sunk.kubectl", "--kubeconfig",
+                           str(kubeconfig), *args], capture_output=True, text=True, timeout=60,
+                          cwd=REPO)
+
+
+async def user_kubeconfig(kube: Client, testbed: cluster.Testbed, namespace: str,
+                          path: Path) -> Path:
+    """A kubeconfig of a ServiceAccount that may read Pods and Events in ``namespace`` only."""
+    account = "reader"
+    async with call_api(kube, "POST", namespace=namespace, url="serviceaccounts",
+                        json={"metadata": {"name": account}}):
+        pass
+    for kind, body in (
+            ("roles", {"rules": [{"apiGroups": [""], "resources": ["pods", "events"],
+                                  "verbs": ["get", "list"]}]}),
+            ("rolebindings", {"roleRef": {"apiGroup": "rbac.authorization.k8s.io",
+                                          "kind": "Role", "name": account},
+                              "subjects": [{"kind": "ServiceAccount", "name": account,
+                                            "namespace": namespace}]})):
+        async with call_api(kube, "POST", version="rbac.authorization.k8s.io/v1",
+                            namespace=namespace, url=kind,
+                            json={"metadata": {"name": account}, **body}):
+            pass
+    async with call_api(kube, "POST", namespace=namespace,
+                        url=f"serviceaccounts/{account}/token",
+                        json={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                              "spec": {"expirationSeconds": 3600}}) as r:
+        token = r.json()["status"]["token"]
+    path.write_text(pki.kubeconfig(testbed.apiserver_url, testbed.pki,
+                                   user=f"system:serviceaccount:{namespace}:{account}",
+                                   token=token))
+    return path
+
+
+async def test_kubectl_sunk_tells_a_user_what_their_rbac_lets_them_read(
+        kube: Client, namespace: str, other_namespace: str, scheduler: RunningScheduler,
+        testbed: cluster.Testbed, tmp_path: Path) -> None:
+    held = testbed.nodes[3]
+    testbed.slurm("scontrol", "update", f"nodename={held.slurm_name}", "state=drain",
+                  "reason=e2e-plugin")
+    try:
+        await create(kube, pod_manifest("held", namespace, scheduler.name, cpu="1", annotations={
+            f"{PREFIX}required-nodes": held.slurm_name}))
+        await create(kube, pod_manifest("elsewhere", other_namespace, scheduler.name, cpu="1"))
+        await wait_bound(kube, other_namespace, "elsewhere")
+
+        async def says_why() -> dict[str, Any] | None:
+            condition = scheduled(await get_pod(kube, namespace, "held"))
+            return condition if "(ReqNodeNotAvail)" in (condition or {}).get(
+                "message", "") else None
+
+        await eventually(says_why, within=45)
+        admin = testbed.kubeconfig
+        listed = kubectl_sunk(admin, "jobs", "-A")
+        assert listed.returncode == 0, listed.stderr
+        rows = {tuple(line.split()[:2]): line.split() for line in listed.stdout.splitlines()[1:]}
+        assert rows[(namespace, "held")][3:5] == ["Pending", "ReqNodeNotAvail"], listed.stdout
+        assert rows[(other_namespace, "elsewhere")][3] == "Bound"
+
+        async def drain_shown() -> str | None:  # the syncer shows Slurm's drain on the Node
+            nodes = kubectl_sunk(admin, "nodes")
+            assert nodes.returncode == 0, nodes.stderr
+            return nodes.stdout if any(
+                line.split()[:1] == [held.k8s_name] and "e2e-plugin" in line
+                for line in nodes.stdout.splitlines()) else None
+
+        await eventually(drain_shown, within=30)
+
+        user = await user_kubeconfig(kube, testbed, namespace, tmp_path / "user.kubeconfig")
+        mine = kubectl_sunk(user, "jobs", "-n", namespace)
+        assert mine.returncode == 0, mine.stderr
+        assert [line.split()[1] for line in mine.stdout.splitlines()[1:]] == ["held"]
+        for refused in (("jobs", "-n", other_namespace), ("jobs", "-A"), ("nodes",)):
+            out = kubectl_sunk(user, *refused)
+            assert (out.returncode, out.stdout) == (1, ""), (refused, out)
+            assert "forbidden" in out.stderr, (refused, out.stderr)
+        why = kubectl_sunk(user, "why", "held", "-n", namespace)
+        assert why.returncode == 0, why.stderr
+        assert "Why:        Slurm job " in why.stdout and "(ReqNodeNotAvail)" in why.stdout
+    finally:
+        testbed.slurm("scontrol", "update", f"nodename={held.slurm_name}", "state=resume")
