@@ -877,8 +877,13 @@ async def test_a_gang_member_is_reconciled_as_its_gang_and_submitted_once_whole(
     assert sent["job"]["minimum_nodes"] == sent["job"]["maximum_nodes"] == 3
     assert sent["job"]["name"] == "gang:ns/label:g"
     await bed.settle()  # the members' job id: written once JOB_ID_WAIT passed with no binding
+    for i in range(2):  # the first two showed that their gang waited for its third
+        (waited,) = bed.kube.calls("PATCH", f"/api/v1/namespaces/ns/pods/g-{i}/status")
+        assert "waits for its members: 2 of 3 exist" in (
+            waited["status"]["conditions"][0]["message"])
     for i in range(3):
-        (patch,) = bed.kube.calls("PATCH", f"/api/v1/namespaces/ns/pods/g-{i}")
+        (patch,) = [p for p in bed.kube.calls("PATCH", f"/api/v1/namespaces/ns/pods/g-{i}")
+                    if "annotations" in p["metadata"]]
         assert patch["metadata"]["annotations"][JOB_ID] == "41"
 
 
