@@ -22,9 +22,11 @@ from typing import Any
 from sunk import kube, objects
 from sunk.plans import waiting
 from sunk.plans.placement import LOCK_TAINT
+from sunk.settings import Settings
 
 Obj = dict[str, Any]
-PREFIX = "sunk.coreweave.com/"
+#: The scheduler's annotation prefix, as it defaults (the chart's ``annotationPrefix``).
+PREFIX: str = Settings.model_fields["annotation_prefix"].default
 
 
 def scheduled(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -64,13 +66,12 @@ def job_row(pod: Mapping[str, Any], prefix: str = PREFIX) -> list[str]:
 def jobs_table(pods: Iterable[Mapping[str, Any]], prefix: str = PREFIX) -> str:
     """The Pods sunk handles (its job id, its rejection or its condition on them), oldest
     first."""
-    ours = [p for p in pods if {prefix + "job-id", prefix + "rejected"}.intersection(
-        objects.pod(p).metadata.annotations)
-            or waiting.is_ours(str(scheduled(p).get("message") or ""))]
-    ours.sort(key=lambda p: (objects.pod(p).metadata.creation_timestamp,
-                             objects.pod(p).metadata.key))
+    marks = {prefix + "job-id", prefix + "rejected"}
+    ours = sorted(((meta.creation_timestamp, meta.key), p) for p in pods
+                  if marks.intersection((meta := objects.pod(p).metadata).annotations)
+                  or waiting.is_ours(str(scheduled(p).get("message") or "")))
     return table(("NAMESPACE", "NAME", "JOB", "STATE", "REASON", "EXPECTED START", "NODE"),
-                 (job_row(p, prefix) for p in ours))
+                 (job_row(p, prefix) for _, p in ours))
 
 
 def node_row(node: Mapping[str, Any], prefix: str = PREFIX) -> list[str]:
@@ -129,7 +130,7 @@ async def _items(api: kube.Client, url: str, namespace: str | None = None,
     return [i for i in found.get("items") or [] if isinstance(i, dict)]
 
 
-async def _why(api: kube.Client, namespace: str, name: str) -> str:
+async def _why(api: kube.Client, namespace: str, name: str, prefix: str) -> str:
     pod = await api.request("GET", f"pods/{name}", namespace=namespace)
     uid = objects.pod(pod).metadata.uid
     events = await _items(api, "events", namespace, fieldSelector=f"involvedObject.uid={uid}")
@@ -142,7 +143,7 @@ async def _why(api: kube.Client, namespace: str, name: str) -> str:
             node = await api.request("GET", f"nodes/{node_name}")
         except kube.KubeError as exc:  # a user who may not read Nodes still gets the rest
             node_error = f"HTTP {exc.status}" if exc.status else str(exc)
-    return why_text(pod, events, node, node_error)
+    return why_text(pod, events, node, node_error, prefix)
 
 
 async def _run(args: argparse.Namespace) -> str:
@@ -150,12 +151,13 @@ async def _run(args: argparse.Namespace) -> str:
     api = kube.Client(credentials)
     namespace = args.namespace or getattr(credentials, "namespace", None) or "default"
     try:
+        prefix = args.annotation_prefix
         if args.command == "why":
-            return await _why(api, namespace, args.pod)
+            return await _why(api, namespace, args.pod, prefix)
         if args.command == "jobs":
             return jobs_table(await _items(api, "pods", None if args.all_namespaces
-                                           else namespace))
-        return nodes_table(await _items(api, "nodes"))
+                                           else namespace), prefix)
+        return nodes_table(await _items(api, "nodes"), prefix)
     finally:
         await kube.close(api)
 
@@ -166,6 +168,8 @@ def parser() -> argparse.ArgumentParser:
                    help="the kubeconfig (default: $KUBECONFIG, then ~/.kube/config)")
     p.add_argument("-n", "--namespace", default=None,
                    help="the namespace (default: the kubeconfig context's)")
+    p.add_argument("--annotation-prefix", default=PREFIX,
+                   help=f"the scheduler's annotation prefix (default: {PREFIX})")
     sub = p.add_subparsers(dest="command", required=True)
     why = sub.add_parser("why", help="why a Pod waits: its job, condition, Node and Events")
     why.add_argument("pod")

@@ -127,11 +127,14 @@ class Decoded(Generic[T]):
     def __len__(self) -> int:
         return len(self._by_id)
 
-    def read(self, obj: Mapping[str, Any]) -> T:
+    def cached(self, obj: Mapping[str, Any]) -> T | None:
+        """``obj``'s fields if an informer caches this very dict, else None (no decoding)."""
         hit = self._by_id.get(id(obj))
-        if hit is not None and hit[0] is obj:
-            return hit[1]
-        return self.decode(obj)
+        return hit[1] if hit is not None and hit[0] is obj else None
+
+    def read(self, obj: Mapping[str, Any]) -> T:
+        found = self.cached(obj)
+        return found if found is not None else self.decode(obj)
 
     def decode(self, obj: Mapping[str, Any]) -> T:
         """``obj``'s fields; the API defaults for a field of the wrong type (the API server
@@ -178,3 +181,10 @@ def pod(obj: Mapping[str, Any]) -> Pod:
 def node(obj: Mapping[str, Any]) -> Node:
     """The fields sunk reads of a Node (decoded once if an informer caches it)."""
     return NODES.read(obj)
+
+
+def pod_or_node(obj: Mapping[str, Any]) -> Pod | Node:
+    """The fields of a Pod or a Node, whichever ``obj`` is cached as (code that serves both,
+    such as the assume cache); one not cached is read as a Pod (a Node's metadata reads the
+    same)."""
+    return NODES.cached(obj) or PODS.read(obj)

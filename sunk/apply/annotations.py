@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sunk import kube, objects
 from sunk.apply.background import Background
@@ -22,8 +22,17 @@ from sunk.model.cluster import Cluster
 
 log = logging.getLogger("sunk.apply.executor")
 
-#: A Pod -> the status (condition, nominated Node) its next write of annotations carries.
-RideAlong = Callable[[kube.Obj], tuple[Mapping[str, Any], str] | None]
+class RideAlong(Protocol):
+    """What a Pod's delayed job-id write also carries: why it waits
+    (:class:`sunk.apply.waiting.WaitingWriter`)."""
+
+    def ride_along(self, pod: kube.Obj) -> tuple[Mapping[str, Any], str] | None:
+        """The status (condition, nominated Node) to carry, taken as shown; None: nothing."""
+        ...
+
+    def not_carried(self, pod: kube.Obj) -> None:
+        """The write carrying it failed: it is sent without it, and shown by a later look."""
+        ...
 
 #: The first wait before a background write of annotations is tried again (doubling to 30 s).
 ANNOTATE_RETRY = 0.5
@@ -68,8 +77,7 @@ class AnnotationWriter:
 
     def __init__(self, cluster: Cluster, kube_port: KubePort, background: Background, *,
                  ride_along: RideAlong | None = None) -> None:
-        """``ride_along``: what a Pod's delayed job-id write also carries (why it waits:
-        :meth:`sunk.apply.waiting.WaitingWriter.ride_along`)."""
+        """``ride_along``: what a Pod's delayed job-id write also carries."""
         self.cluster = cluster
         self.kube = kube_port
         self.background = background
@@ -155,11 +163,10 @@ class AnnotationWriter:
         if after is not None:
             await asyncio.wait([after])
         try:
-            status = None
+            status, asked = None, False
             if delayed is not None:
                 delayed.alone = True
                 await delayed.due
-                status = self.ride_along(pod) if self.ride_along is not None else None
             delay = ANNOTATE_RETRY
             while self.cluster.assumed.still_assumed(uid, annotations):
                 try:
@@ -172,6 +179,8 @@ class AnnotationWriter:
                             self._drop_delayed(uid, delayed)
                         if not self.cluster.assumed.still_assumed(uid, annotations):
                             return  # replaced, or the Pod gone, while waiting for the slot
+                        if delayed is not None and self.ride_along is not None and not asked:
+                            asked, status = True, self.ride_along.ride_along(pod)
                         version = await (
                             self.kube.annotate("pods", meta.namespace, meta.name, annotations)
                             if status is None else
@@ -179,6 +188,11 @@ class AnnotationWriter:
                 except Exception as exc:  # whatever failed, the job id must not stay unwritten
                     if isinstance(exc, kube.KubeError) and exc.status == 404:
                         return  # the Pod is gone: its DELETED event forgets what was assumed
+                    if status is not None and self.ride_along is not None:
+                        # a courtesy must never keep the job id off the Pod (a status write
+                        # refused, say, by an RBAC without pods/status): again without it
+                        status = None
+                        self.ride_along.not_carried(pod)
                     log.warning("pod %s: writing %s failed: %s (again in %.1fs)",
                                 meta.key, ", ".join(annotations), exc, delay,
                                 exc_info=not isinstance(exc, kube.KubeError))

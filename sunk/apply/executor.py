@@ -61,7 +61,7 @@ class Executor:
         self.events = PodEvents(kube_port, self.background)
         self.waiting = WaitingWriter(cluster, kube_port, self._memory, self.background)
         self.annotator = AnnotationWriter(cluster, kube_port, self.background,
-                                          ride_along=self.waiting.ride_along)
+                                          ride_along=self.waiting)
         self.submitter = Submitter(cluster, slurm, credential=credential,
                                    jobs=jobs)
         self.binder = Binder(cluster, kube_port, self.annotator, self._memory, self.events,

@@ -84,6 +84,10 @@ class WaitingWriter:
         metrics.child(metrics.CONDITIONS_WRITTEN, shown.waiting.reason).inc()
         return waiting.condition(shown.waiting, shown.since), shown.waiting.nominated
 
+    def not_carried(self, pod: kube.Obj) -> None:
+        """What :meth:`ride_along` gave was not written: the next look writes it."""
+        self.memory.shown.pop(objects.pod(pod).metadata.uid, None)
+
     def _shown(self, pod: kube.Obj, want: Waiting, now: float) -> Shown:
         meta = objects.pod(pod).metadata
         before = self.memory.shown.get(meta.uid)

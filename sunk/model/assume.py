@@ -149,7 +149,7 @@ class AssumeCache:
     # -- the watch ----------------------------------------------------------------------------
     def observe(self, kind: str, obj: Mapping[str, Any]) -> None:
         """The watch shows ``obj``: confirm what it carries, forget all of it when it is gone."""
-        seen = objects.pod(obj)  # a Node's metadata reads as a Pod's (the same fields)
+        seen = objects.pod_or_node(obj)
         meta, uid = seen.metadata, seen.metadata.uid
         if kind == "DELETED":
             self.forget(uid)
@@ -162,20 +162,20 @@ class AssumeCache:
                 _caught_up(meta, self._written_at.get(uid)) or _has(meta, written)):
             del self._annotations[uid]
             self._written_at.pop(uid, None)
-        if seen.spec.node_name:
+        if isinstance(seen, objects.Pod) and seen.spec.node_name:
             self._bound.discard(uid)
         taint = self._taints.get(uid)
         if taint is not None and (
                 _caught_up(meta, self._taint_written_at.get(uid))
-                or _shows_taint(objects.node(obj).spec.taints, taint[0]) == taint[1]):
+                or _shows_taint(seen.spec.taints if isinstance(seen, objects.Node)
+                                else objects.node(obj).spec.taints, taint[0]) == taint[1]):
             del self._taints[uid]
             self._taint_written_at.pop(uid, None)
 
 
 def _meta(obj: Mapping[str, Any]) -> objects.Meta:
-    """A Pod's or a Node's metadata, read as a Pod's: a Node's has the same fields, and the
-    Pods' are the ones read most (decoded once, by their informers)."""
-    return objects.pod(obj).metadata
+    """A Pod's or a Node's metadata."""
+    return objects.pod_or_node(obj).metadata
 
 
 def _caught_up(meta: objects.Meta, written_at: int | None) -> bool:

@@ -120,6 +120,21 @@ async def test_a_submission_carries_the_credential_and_writes_the_job_id(bed: Be
     assert bed.cluster.assumed.annotations(pod())[f"{PREFIX}job-id"] == "41"
 
 
+async def test_a_job_id_write_whose_status_is_refused_goes_again_without_it(bed: Bed) -> None:
+    """Why the Pod waits is a courtesy: a status write refused (an RBAC without pods/status)
+    must not keep the job id off the Pod."""
+    bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = lambda r: httpx.Response(
+        200, json={"job_id": 41})
+    bed.kube.routes[("PATCH", "/api/v1/namespaces/ns/pods/p/status")] = lambda r: (
+        httpx.Response(403, json={"kind": "Status", "code": 403, "message": "forbidden"}))
+    await bed.executor.apply_pod(pod(), record(), [do.Submit(description())])
+    await settle(bed)
+    refused, written = bed.kube.calls("PATCH")
+    assert "status" in refused and "status" not in written
+    assert written["metadata"]["annotations"][f"{PREFIX}job-id"] == "41"
+    assert "aaaa-0001" not in bed.executor.memory.shown  # a later look shows it
+
+
 async def test_a_refusal_slurm_repeats_rejects_the_pod(bed: Bed) -> None:
     bed.slurm.routes[("POST", "/slurm/v0.0.42/job/submit")] = slurm_error(
         500, 2015, "Invalid account or account/partition combination specified")

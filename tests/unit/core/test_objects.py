@@ -65,3 +65,16 @@ def test_a_kept_object_is_decoded_once_and_another_dict_every_time() -> None:
     assert len(decoded) == 1
     decoded.drop(kept)
     assert len(decoded) == 0 and decoded.read(kept).spec.unschedulable
+
+
+def test_an_object_cached_as_a_node_is_read_as_one_and_any_other_as_a_pod() -> None:
+    node = {"metadata": {"name": "n1", "uid": "u-n1"}, "spec": {"unschedulable": True}}
+    objects.NODES.keep(node)
+    try:
+        assert objects.pod_or_node(node) is objects.NODES.cached(node)
+        assert isinstance(objects.pod_or_node(node), objects.Node)
+    finally:
+        objects.NODES.drop(node)
+    assert objects.NODES.cached(node) is None
+    other = objects.pod_or_node({"metadata": {"uid": "u-p"}, "spec": {"nodeName": "n1"}})
+    assert isinstance(other, objects.Pod) and other.spec.node_name == "n1"
