@@ -115,6 +115,13 @@ class Node(msgspec.Struct, frozen=True, gc=False):
 T = TypeVar("T", bound=msgspec.Struct)
 
 
+class Custom(msgspec.Struct, frozen=True, gc=False):
+    """The metadata and status of a custom resource (a PodGroup), its status left as JSON."""
+
+    metadata: Meta = Meta()
+    status: dict[str, Any] = {}
+
+
 class Decoded(Generic[T]):
     """Typed copies of the objects an informer caches, found by the identity of the cached
     dict: decoded when cached, dropped when the cache lets the dict go. The cached dicts are
@@ -171,6 +178,7 @@ def _without_nulls(value: Any) -> Any:
 #: Every cached Pod's and Node's fields (the informers of Pods and Nodes fill them).
 PODS: Decoded[Pod] = Decoded(Pod)
 NODES: Decoded[Node] = Decoded(Node)
+CUSTOM: Decoded[Custom] = Decoded(Custom)
 
 
 def pod(obj: Mapping[str, Any]) -> Pod:
@@ -181,6 +189,11 @@ def pod(obj: Mapping[str, Any]) -> Pod:
 def node(obj: Mapping[str, Any]) -> Node:
     """The fields sunk reads of a Node (decoded once if an informer caches it)."""
     return NODES.read(obj)
+
+
+def custom(obj: Mapping[str, Any]) -> Custom:
+    """A custom resource's metadata and status (decoded each time: none is cached)."""
+    return CUSTOM.decode(obj)
 
 
 def pod_or_node(obj: Mapping[str, Any]) -> Pod | Node:

@@ -121,6 +121,9 @@ class Settings(BaseSettings):
     gang_max_size: int = Field(default=64, ge=1, le=512)
     #: Whether to watch scheduler-plugins PodGroups (their CRD need not be installed).
     watch_podgroups: bool = True
+    #: Whether to keep a PodGroup's ``status`` (phase and counts) as scheduler-plugins'
+    #: controller does; off where that controller runs.
+    podgroup_status: bool = True
 
     #: Leader election on a Lease (for more than one replica): only the leader acts.
     leader_elect: bool = False

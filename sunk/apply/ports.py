@@ -51,6 +51,11 @@ class KubePort(Protocol):
         """:meth:`annotate` and :meth:`show_waiting` in one write; the Pod's resourceVersion."""
         ...
 
+    async def patch_status(self, plural: str, version: str, obj: Obj,
+                           status: Mapping[str, Any]) -> None:
+        """Merge-patch a custom resource's status (``plural`` of API ``version``)."""
+        ...
+
     async def set_taints(self, node: Obj, taints: list[dict[str, Any]]) -> str:
         """Replace the Node's taints (compare-and-swap); the Node's new resourceVersion."""
         ...
@@ -130,6 +135,13 @@ class KubeAPI:
         written = await kube.annotate_showing_waiting(self.api, pod, annotations, condition,
                                                       nominated)
         return objects.pod(written).metadata.resource_version
+
+    async def patch_status(self, plural: str, version: str, obj: Obj,
+                           status: Mapping[str, Any]) -> None:
+        meta = objects.custom(obj).metadata
+        async with self._status_slots:
+            await kube.patch_status(self.api, plural, version, meta.namespace, meta.name,
+                                    meta.uid, status)
 
     async def set_taints(self, node: Obj, taints: list[dict[str, Any]]) -> str:
         meta = objects.node(node).metadata

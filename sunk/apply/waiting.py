@@ -1,4 +1,5 @@
-"""Writes why a Pod waits onto it: its ``PodScheduled`` condition and nominated Node.
+"""Writes why a Pod waits onto it: its ``PodScheduled`` condition and nominated Node; and a
+gang's state onto its PodGroup's status.
 
 A courtesy, as an Event is: written in the background, never on a Pod's hot path; a failed
 write is logged and forgotten, so the next look at the Pod writes it again. Where the Pod gets
@@ -18,7 +19,8 @@ from sunk.apply.background import Background
 from sunk.apply.ports import KubePort
 from sunk.model.cluster import Cluster
 from sunk.model.podmemory import PodMemory
-from sunk.plans import waiting
+from sunk.model.state import GangRecord
+from sunk.plans import gang, waiting
 from sunk.plans.decide import FAILED_LAUNCH_HOLDS
 from sunk.plans.waiting import Shown, Waiting
 from sunk.runtime import metrics
@@ -87,6 +89,26 @@ class WaitingWriter:
     def not_carried(self, pod: kube.Obj) -> None:
         """What :meth:`ride_along` gave was not written: the next look writes it."""
         self.memory.shown.pop(objects.pod(pod).metadata.uid, None)
+
+    def show_podgroup(self, group: kube.Obj, record: GangRecord,
+                      status: Mapping[str, Any]) -> None:
+        """Write a PodGroup's status (:mod:`sunk.plans.podgroup`) unless it was the last
+        written for the gang (the watch may not have brought that write back yet)."""
+        said = {k: v for k, v in status.items() if k != "scheduleStartTime"}
+        if record.podgroup_status == said:
+            return
+        record.podgroup_status = said
+        self.background.fire(self._write_podgroup(group, record, said, status))
+
+    async def _write_podgroup(self, group: kube.Obj, record: GangRecord, said: dict[str, Any],
+                              status: Mapping[str, Any]) -> None:
+        try:
+            await self.kube.patch_status("podgroups", gang.PODGROUP_VERSION, group, status)
+        except kube.KubeError as exc:
+            if record.podgroup_status is said:  # written again at the gang's next look
+                record.podgroup_status = None
+            log.info("podgroup %s: could not write its status: %s",
+                     objects.custom(group).metadata.key, exc)
 
     def _shown(self, pod: kube.Obj, want: Waiting, now: float) -> Shown:
         meta = objects.pod(pod).metadata

@@ -27,6 +27,7 @@ from sunk.kube.writes import (
     delete_pod,
     event,
     evict,
+    patch_status,
     set_taints,
     show_waiting,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "evict",
     "key",
     "load_credentials",
+    "patch_status",
     "request",
     "set_taints",
     "show_waiting",

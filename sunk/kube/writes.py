@@ -167,6 +167,16 @@ async def show_waiting(api: Client, pod: Obj, condition: Mapping[str, Any],
                     headers=STRATEGIC_PATCH)
 
 
+async def patch_status(api: Client, plural: str, version: str, namespace: str, name: str,
+                       uid: str, status: Mapping[str, Any]) -> None:
+    """Merge-patch the status subresource of a custom resource (custom resources take no
+    strategic merge). The uid makes it a precondition: an object recreated under the same
+    name is not written."""
+    await api.write("PATCH", f"{plural}/{name}/status", namespace=namespace, version=version,
+                    json={"metadata": {"uid": uid}, "status": dict(status)},
+                    headers=MERGE_PATCH)
+
+
 async def annotate_showing_waiting(api: Client, pod: Obj, annotations: Mapping[str, str | None],
                                    condition: Mapping[str, Any], nominated: str) -> Obj:
     """Annotations (None removes one) and why the Pod waits, in one write: the status

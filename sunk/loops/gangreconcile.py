@@ -8,6 +8,7 @@ restarted scheduler binds the rest of a half-bound gang to the same nodes.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import time
 
@@ -17,7 +18,7 @@ from sunk.model.cluster import Cluster
 from sunk.model.slurmwatch import SlurmWatch
 from sunk.model.state import GangMember, GangRecord
 from sunk.plans import actions as do
-from sunk.plans import gang, gangplan, podplan
+from sunk.plans import gang, gangplan, podgroup, podplan
 from sunk.plans.decide import JobView
 from sunk.plans.keys import GangKey
 from sunk.plans.translate import TranslateSettings
@@ -75,6 +76,7 @@ class GangReconciler:
         if plan.show is not None:
             for pod, _ in claimed:
                 self.executor.waiting.show(pod, plan.show)
+        self._show_podgroup(found, record, [p for p, _ in claimed])
         if later is None and plan.recheck_in is not None:
             later = do.RetryLater(plan.waiting or "a timeout is due", after=plan.recheck_in)
         return later
@@ -144,6 +146,20 @@ class GangReconciler:
         return podplan.plan_submission(pod, decision, self.cluster.snapshot(),
                                        self.translate_settings, annotation_prefix=self.prefix,
                                        first_try=first_try)
+
+    def _show_podgroup(self, found: gang.Gang, record: GangRecord, pods: list[kube.Obj]) -> None:
+        """A PodGroup's gang: its phase and counts onto the PodGroup's status."""
+        source, _, name = found.name.partition(":")
+        if source != "podgroup" or not self.settings.podgroup_status or found.size is None:
+            return
+        group = self.cluster.gang_index.podgroup(found.namespace, name)
+        if group is None:
+            return
+        want = podgroup.status(objects.custom(group).status, found.size,
+                               [objects.pod(p).status.phase for p in pods],
+                               datetime.datetime.now(datetime.UTC))
+        if want is not None:
+            self.executor.waiting.show_podgroup(group, record, want)
 
     def _record(self, found: gang.Gang, facts: gangplan.GangFacts,
                 plan: gangplan.GangPlan) -> GangRecord:

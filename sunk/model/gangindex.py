@@ -24,7 +24,7 @@ class GangIndex:
         self.job_informer = kube.Informer(api, "jobs", version="batch/v1",
                                           handler=lambda _, obj: self._on_owner("job", obj))
         self.podgroup_informer = kube.Informer(
-            api, "podgroups", version="scheduling.x-k8s.io/v1alpha1",
+            api, "podgroups", version=gang.PODGROUP_VERSION,
             handler=lambda _, obj: self._on_owner("podgroup", obj))
         #: Gang key -> its Pods (that name this scheduler) by key; Pod key -> its gang key.
         self._pods: dict[str, dict[str, kube.Obj]] = {}
@@ -54,6 +54,10 @@ class GangIndex:
     def pods(self, key: str) -> list[kube.Obj]:
         """The Pods naming this scheduler that may belong to the gang ``key``."""
         return list(self._pods.get(key, {}).values())
+
+    def podgroup(self, namespace: str, name: str) -> kube.Obj | None:
+        """The PodGroup ``namespace/name`` as the informer has it now."""
+        return self.podgroup_informer.cache.get(f"{namespace}/{name}")
 
     def members(self, who: PodIdentity) -> list[kube.Obj]:
         """The Pods a gang's job is for that still exist (any phase)."""

@@ -126,6 +126,8 @@ class GangRecord:
     waiting: str = ""
     problem: str = ""
     history: deque[Transition] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    #: The status last written on its PodGroup (:mod:`sunk.plans.podgroup`), if it has one.
+    podgroup_status: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:

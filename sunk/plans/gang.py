@@ -26,6 +26,8 @@ from sunk import objects
 from sunk.slurm.job import member_id
 
 PODGROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+#: The API of scheduler-plugins' PodGroups.
+PODGROUP_VERSION = "scheduling.x-k8s.io/v1alpha1"
 LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"

@@ -143,9 +143,11 @@ async def no_live_job(slurm: httpx.AsyncClient, name: str, within: float = 60) -
 
 async def gang_of_four_waits_for_four_free_nodes(
         kube: Client, slurm: httpx.AsyncClient, testbed: cluster.Testbed, namespace: str,
-        names: list[str], job_name: str, make: Any) -> dict[str, Any]:
+        names: list[str], job_name: str, make: Any,
+        while_pending: Any = None) -> dict[str, Any]:
     """With all but 3 nodes busy the gang's job waits and no member binds; freed, all 4 bind
-    in rank order. ``make`` creates the gang's objects."""
+    in rank order. ``make`` creates the gang's objects; ``while_pending`` checks more while
+    the job waits."""
     await quiet(slurm, testbed)
     blocker = block(testbed, testbed.nodes[3:])
     try:
@@ -155,6 +157,8 @@ async def gang_of_four_waits_for_four_free_nodes(
         (pending,) = await live_jobs(slurm, job_name)
         assert pending["job_state"][0] == "PENDING"
         assert pending["node_count"]["number"] == SIZE
+        if while_pending is not None:
+            await while_pending()
         testbed.slurm("scancel", blocker)
         pods = await wait_all_bound(kube, namespace, names)
         return await assert_ranked(testbed, slurm, pods, job_name)
@@ -261,8 +265,26 @@ async def test_a_podgroup_is_one_gang_of_min_member(
             manifest["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "pg"}
             await create(kube, manifest)
 
+    async def status() -> dict[str, Any]:
+        group = await kube.request("GET", "podgroups/pg", namespace=namespace,
+                                   version="scheduling.x-k8s.io/v1alpha1")
+        return dict(group.get("status") or {})
+
+    async def scheduling() -> None:  # `kubectl get podgroups` shows where the gang is
+        shown = await eventually(lambda: _phase(status(), "Scheduling"), within=10)
+        assert (shown["running"], shown["succeeded"], shown["failed"]) == (0, 0, 0)
+        assert shown["scheduleStartTime"].endswith("Z")
+
     await gang_of_four_waits_for_four_free_nodes(
-        kube, slurm, testbed, namespace, names, f"gang:{namespace}/podgroup:pg", make)
+        kube, slurm, testbed, namespace, names, f"gang:{namespace}/podgroup:pg", make,
+        while_pending=scheduling)
+    running = await eventually(lambda: _phase(status(), "Running"), within=30)
+    assert running["running"] == SIZE
+
+
+async def _phase(status: Any, phase: str) -> dict[str, Any] | None:
+    shown: dict[str, Any] = await status
+    return shown if shown.get("phase") == phase else None
 
 
 async def test_a_leaderworkerset_group_is_one_gang_with_the_leader_at_rank_0(

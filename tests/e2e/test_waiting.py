@@ -114,6 +114,8 @@ async def test_pods_waiting_in_slurm_say_why_and_until_when_and_are_then_schedul
         testbed.slurm("scancel", blocker)
         bound = await wait_bound(kube, namespace, "resources")
         assert (scheduled(bound) or {}).get("status") == "True"
+        # the plan is carried out: the API server clears the nominated Node with the binding
+        assert not bound["status"].get("nominatedNodeName")
     finally:
         testbed.slurm("scancel", blocker)
         testbed.slurm("scontrol", "update", f"nodename={held}", "state=resume")

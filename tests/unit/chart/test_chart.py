@@ -173,6 +173,14 @@ def test_namespace_scope_grants_pods_only_in_each_listed_namespace(helm: Path) -
     assert "--scope=namespace" in args(objects)
 
 
+def test_podgroup_status_is_granted_only_when_kept(helm: Path) -> None:
+    objects = render(helm, {"scheduler.gangs.writePodGroupStatus": False})
+    assert "--no-podgroup-status" in args(objects)
+    assert not from_args(args(objects)).podgroup_status
+    assert not [r for r in rules(objects) if r[2] == "podgroups/status"]
+    assert "--podgroup-status" in args(render(helm, {}))
+
+
 def test_blank_namespaces_mean_the_release_namespace(helm: Path) -> None:
     objects = render(helm, SCOPES["blank namespaces"], namespace="hpc")
     only(objects, "Role", "r-sunk", "hpc")
@@ -198,6 +206,7 @@ def test_the_whole_grant_is_exactly_what_the_code_uses(helm: Path) -> None:
         ("ClusterRole", None, "jobs", "list", None),
         ("ClusterRole", None, "jobs", "watch", None),
         ("ClusterRole", None, "podgroups", "list", None),
+        ("ClusterRole", None, "podgroups/status", "patch", None),
         ("ClusterRole", None, "podgroups", "watch", None),
         ("ClusterRole", None, "namespaces", "list", None),
         ("ClusterRole", None, "namespaces", "watch", None),
@@ -223,12 +232,12 @@ def test_the_whole_grant_is_exactly_what_the_code_uses(helm: Path) -> None:
     }
 
 
-def test_without_the_syncer_nothing_cluster_wide_but_reading_nodes_namespaces_and_pods(
+def test_without_the_syncer_cluster_wide_it_reads_and_writes_only_podgroup_status(
         helm: Path) -> None:
     objects = render(helm, {"scheduler.components": ["scheduler"]})
     cluster = {(r, v) for k, _, r, v, _ in rules(objects) if k == "ClusterRole"}
     assert cluster == {(r, v) for r in ("nodes", "namespaces", "pods", "jobs", "podgroups")
-                       for v in ("list", "watch")}
+                       for v in ("list", "watch")} | {("podgroups/status", "patch")}
     assert {(r, v) for _, ns, r, v, _ in rules(objects) if ns == "slurm" and r == "pods"} >= {
         ("pods", "list"), ("pods", "watch")}
     assert "--components=scheduler" in args(objects)

@@ -946,3 +946,57 @@ async def test_members_of_a_gang_that_waits_for_the_rest_say_so(loop: Loop) -> N
         "gang label:train waits for its members: 2 of 3 exist; it is submitted to Slurm as one "
         "job when all do.") for i in range(2)}
     assert bed.slurm.calls("POST", SUBMIT) == []
+
+
+PODGROUP_STATUS = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/ns/podgroups/pg/status"
+
+
+def podgroup_member(uid: str, name: str, phase: str = "Pending") -> dict[str, Any]:
+    made = pod(uid, name, labels={"scheduling.x-k8s.io/pod-group": "pg"})
+    made["status"] = {"phase": phase}
+    return made
+
+
+async def test_a_podgroup_status_follows_its_gang_written_once_per_change(loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    group = {"metadata": {"name": "pg", "namespace": "ns", "uid": "pg-uid"},
+             "spec": {"minMember": 2}}
+    put(bed.cluster.gang_index.podgroup_informer, group)
+    bed.cluster.gang_index.podgroup_informer.synced.set()
+    key = GangKey("ns", "podgroup:pg")
+    bed.add_pod(podgroup_member("gggg-0000", "m0"))
+    await scheduler.gangs.reconcile(key, first_try=True)
+    await bed.settle()
+    (pending,) = bed.kube.calls("PATCH", PODGROUP_STATUS)
+    assert pending == {"metadata": {"uid": "pg-uid"}, "status": {
+        "phase": "Pending", "running": 0, "succeeded": 0, "failed": 0}}
+    bed.add_pod(podgroup_member("gggg-0001", "m1"))
+    for _ in range(2):  # the watch has not brought the write back: not written twice
+        await scheduler.gangs.reconcile(key, first_try=True)
+        await bed.settle()
+    (_, written) = bed.kube.calls("PATCH", PODGROUP_STATUS)
+    assert written["status"]["scheduleStartTime"].endswith("Z")
+    assert {k: v for k, v in written["status"].items() if k != "scheduleStartTime"} == {
+        "phase": "Scheduling", "running": 0, "succeeded": 0, "failed": 0}
+    put(bed.cluster.gang_index.podgroup_informer, {**group, "status": written["status"]})
+    for i in range(2):
+        bed.add_pod(podgroup_member(f"gggg-000{i}", f"m{i}", "Running"), "MODIFIED")
+    await scheduler.gangs.reconcile(key, first_try=True)
+    await bed.settle()
+    assert bed.kube.calls("PATCH", PODGROUP_STATUS)[2]["status"] == {
+        "phase": "Running", "running": 2, "succeeded": 0, "failed": 0}
+
+
+async def test_no_podgroup_status_when_told_not_to_keep_it() -> None:
+    async with stand_ins.bed(podgroup_status=False) as bed:
+        scheduler = Scheduler(bed.cluster, bed.watch, bed.executor, policies())
+        put(bed.cluster.namespace_informer, namespace())
+        put(bed.cluster.gang_index.podgroup_informer, {
+            "metadata": {"name": "pg", "namespace": "ns", "uid": "pg-uid"},
+            "spec": {"minMember": 2}})
+        bed.cluster.gang_index.podgroup_informer.synced.set()
+        bed.add_pod(podgroup_member("gggg-0000", "m0"))
+        await scheduler.gangs.reconcile(GangKey("ns", "podgroup:pg"), first_try=True)
+        await bed.settle()
+        assert bed.kube.calls("PATCH", PODGROUP_STATUS) == []
+        scheduler.queue.close()
