@@ -3,6 +3,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The test bed's Kubernetes release (1.35, 1.36 or 1.37; unset: 1.37), for `up`, `demo`,
+# `build` and the end-to-end tests: `SUNK_TESTBED_KUBERNETES=1.36 make test`.
+export SUNK_TESTBED_KUBERNETES
 
 .PHONY: demo test lint up down status clean chart-sync image chart lock
 

@@ -251,7 +251,7 @@ def render_saturate(rec: results.Record) -> str:
 
 
 def _bed_versions(tb: cluster.Testbed) -> dict[str, str]:
-    return {"slurm": "24.11", "kubernetes": "1.35.4", "debian": tb.suite}
+    return {"slurm": "24.11", "kubernetes": tb.release.version.lstrip("v"), "debian": tb.suite}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,14 +14,14 @@ import sys
 from pathlib import Path
 
 from release.project import DIST, REPO, say, version
-from testbed.build import build_binaries
+from testbed.build import build_helm
 
 CHART = REPO / "charts" / "sunk"
 
 
 def helm_binary() -> Path:
     """The test bed's helm, built from its Go module (cached after the first build)."""
-    return build_binaries().helm
+    return build_helm()
 
 
 def package(out_dir: Path = DIST) -> Path:

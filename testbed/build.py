@@ -17,13 +17,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import procs
 from testbed.errors import TestbedError
 
-KUBERNETES_VERSION = "v1.35.4"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.7.0"
 HELM_VERSION = "v3.19.5"
@@ -50,6 +50,81 @@ CHROOT_PACKAGES = (
     "mariadb-server",
     "slurmdbd",
 )
+
+
+@dataclass(frozen=True)
+class KubernetesRelease:
+    """A Kubernetes release the bed can run, and the flags that switch its own gang API
+    (scheduling.k8s.io Workload and PodGroup) on where it has one."""
+
+    #: What ``up --kubernetes`` and ``$SUNK_TESTBED_KUBERNETES`` accept: "1.37".
+    name: str
+    #: The k8s.io/kubernetes module version built: "v1.37.2".
+    version: str
+    apiserver_flags: tuple[str, ...] = ()
+    controller_manager_flags: tuple[str, ...] = ()
+    #: Controllers run on top of the bed's own (cluster.CONTROLLERS).
+    controllers: tuple[str, ...] = ()
+
+
+#: Lifts the finalizer the API server puts on every new PodGroup once GenericWorkload is on;
+#: without it, a PodGroup (and its namespace) is never deleted.
+PODGROUP_PROTECTION_CONTROLLER = "podgroup-protection-controller"
+_GATES_1_36 = "--feature-gates=GenericWorkload=true,GangScheduling=true,WorkloadWithJob=true"
+#: 1.37 has no GangScheduling gate any more (its gang scheduling has no gate of its own), and
+#: a binary given an unknown gate refuses to start.
+_GATES_1_37 = "--feature-gates=GenericWorkload=true,WorkloadWithJob=true"
+KUBERNETES_RELEASES = {release.name: release for release in (
+    KubernetesRelease("1.35", "v1.35.4"),
+    KubernetesRelease("1.36", "v1.36.3",
+                      apiserver_flags=("--runtime-config=scheduling.k8s.io/v1alpha2=true",
+                                       _GATES_1_36),
+                      controller_manager_flags=(_GATES_1_36,),
+                      controllers=(PODGROUP_PROTECTION_CONTROLLER,)),
+    KubernetesRelease("1.37", "v1.37.2",
+                      apiserver_flags=("--runtime-config=scheduling.k8s.io/v1beta1=true",
+                                       _GATES_1_37),
+                      controller_manager_flags=(_GATES_1_37,),
+                      controllers=(PODGROUP_PROTECTION_CONTROLLER,)),
+)}
+DEFAULT_KUBERNETES = "1.37"
+#: Chooses the release wherever none is named: the e2e suite, ``make test``, the CLI's default.
+KUBERNETES_ENV = "SUNK_TESTBED_KUBERNETES"
+
+
+def kubernetes_release(name: str) -> KubernetesRelease:
+    if name not in KUBERNETES_RELEASES:
+        raise TestbedError(f"unknown Kubernetes release {name!r}: choose one of "
+                           + ", ".join(f"{n} ({r.version})"
+                                       for n, r in KUBERNETES_RELEASES.items()))
+    return KUBERNETES_RELEASES[name]
+
+
+def wanted_kubernetes() -> str:
+    """The release asked for: ``$SUNK_TESTBED_KUBERNETES``, else the default."""
+    return os.environ.get(KUBERNETES_ENV) or DEFAULT_KUBERNETES
+
+
+#: Flags whose value is a comma-separated list of key=value pairs: given twice, the last one
+#: would replace the first, so extra ones are merged into one.
+LIST_FLAGS = ("--feature-gates", "--runtime-config")
+
+
+def with_flags(cmd: Sequence[str], extra: Sequence[str]) -> list[str]:
+    """``cmd`` with ``extra`` appended, each of :data:`LIST_FLAGS` merged into the one
+    already there (an extra key's value wins)."""
+    out = list(cmd)
+    for flag in extra:
+        name, _, value = flag.partition("=")
+        at = next((i for i, arg in enumerate(out) if arg.partition("=")[0] == name), None)
+        if name not in LIST_FLAGS or at is None:
+            out.append(flag)
+            continue
+        pairs = dict(item.partition("=")[::2]
+                     for item in [*out[at].partition("=")[2].split(","), *value.split(",")]
+                     if item)
+        out[at] = f"{name}=" + ",".join(f"{k}={v}" if v else k for k, v in pairs.items())
+    return out
 
 
 def cache_root() -> Path:
@@ -109,15 +184,20 @@ def _go_env(work: Path) -> dict[str, str]:
     return env
 
 
-def _staging_replaces(version: str, env: dict[str, str], log: Path) -> list[str]:
-    """The staging modules k8s.io/kubernetes replaces with ./staging/..., read from its go.mod."""
+def _kubernetes_gomod(version: str, env: dict[str, str], log: Path) -> str:
+    """k8s.io/kubernetes's own go.mod at ``version``."""
     out = subprocess.run(["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
                          env=env, capture_output=True, text=True)
     if out.returncode != 0:
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text(out.stdout + out.stderr)
         raise TestbedError(f"could not download k8s.io/kubernetes@{version}: {out.stderr.strip()}")
-    gomod = Path(json.loads(out.stdout)["GoMod"]).read_text()
+    return Path(json.loads(out.stdout)["GoMod"]).read_text()
+
+
+def staging_replaces(gomod: str, version: str) -> list[str]:
+    """The staging modules k8s.io/kubernetes replaces with ./staging/..., each replaced here by
+    its published version (v1.37.2 -> v0.37.2)."""
     staging = version.replace("v1.", "v0.", 1)
     mods = sorted(set(re.findall(r"^\s*(k8s\.io/[\w./-]+)\s+=>\s+\./staging/", gomod, re.M)))
     if not mods:
@@ -125,34 +205,45 @@ def _staging_replaces(version: str, env: dict[str, str], log: Path) -> list[str]
     return [f"replace {m} => {m} {staging}" for m in mods]
 
 
+def go_directive(gomod: str) -> str:
+    """A go.mod's ``go`` line: the module requiring k8s.io/kubernetes needs at least its
+    (1.25.0 for 1.35, 1.26.0 from 1.36)."""
+    found = re.search(r"^go\s+(\S+)\s*$", gomod, re.M)
+    if not found:
+        raise TestbedError("k8s.io/kubernetes's go.mod has no go line")
+    return found.group(1)
+
+
 #: The commands built from k8s.io/kubernetes (cmd/<name>), each cached as <name>-<version>.
 KUBERNETES_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kubectl")
 
 
-def _build_kubernetes(bins: Path, logs: Path) -> dict[str, Path]:
-    outs = {name: bins / f"{name}-{KUBERNETES_VERSION}" for name in KUBERNETES_COMMANDS}
+def _build_kubernetes(bins: Path, logs: Path, release: KubernetesRelease) -> dict[str, Path]:
+    version = release.version
+    outs = {name: bins / f"{name}-{version}" for name in KUBERNETES_COMMANDS}
     if all(out.exists() for out in outs.values()):
         return outs
-    work = cache_root() / "build" / f"kubernetes-{KUBERNETES_VERSION}"
+    work = cache_root() / "build" / f"kubernetes-{version}"
     work.mkdir(parents=True, exist_ok=True)
     env = _go_env(work)
-    log = logs / f"kubernetes-{KUBERNETES_VERSION}.log"
+    log = logs / f"kubernetes-{version}.log"
     missing = [name for name, out in outs.items() if not out.exists()]
-    say(f"building {', '.join(missing)} {KUBERNETES_VERSION} from Go modules "
-        "(first run only: 10 to 20 minutes on 2 cores for all three)")
-    replaces = _staging_replaces(KUBERNETES_VERSION, env, log)
+    say(f"building {', '.join(missing)} {version} from Go modules "
+        "(first run of each release only: 10 to 20 minutes on 2 cores for all three)")
+    gomod = _kubernetes_gomod(version, env, log)
     (work / "go.mod").write_text(
-        "module sunk.local/testbed/kubernetes\n\ngo 1.25.0\n\n"
-        f"require k8s.io/kubernetes {KUBERNETES_VERSION}\n\n" + "\n".join(replaces) + "\n")
+        f"module sunk.local/testbed/kubernetes\n\ngo {go_directive(gomod)}\n\n"
+        f"require k8s.io/kubernetes {version}\n\n"
+        + "\n".join(staging_replaces(gomod, version)) + "\n")
     (work / "tools.go").write_text(
         "//go:build tools\n\npackage tools\n\nimport (\n"
         + "".join(f'\t_ "k8s.io/kubernetes/cmd/{name}"\n' for name in KUBERNETES_COMMANDS)
         + ")\n")
     _run(["go", "mod", "tidy"], cwd=work, env=env, what="resolving Kubernetes modules", log=log)
-    major, minor = KUBERNETES_VERSION.lstrip("v").split(".")[:2]
+    major, minor = version.lstrip("v").split(".")[:2]
     stamps = []
     for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
-        stamps += [f"-X {pkg}.gitVersion={KUBERNETES_VERSION}", f"-X {pkg}.gitMajor={major}",
+        stamps += [f"-X {pkg}.gitVersion={version}", f"-X {pkg}.gitMajor={major}",
                    f"-X {pkg}.gitMinor={minor}", f"-X {pkg}.gitTreeState=clean"]
     ldflags = " ".join(["-s", "-w", *stamps])
     for name in missing:
@@ -322,17 +413,28 @@ def build_manifests() -> Manifests:
                      lws_webhooks=lws["manifests.yaml"])
 
 
-def build_binaries() -> Binaries:
-    """Build (or find cached) every Go binary the test bed runs."""
+def build_helm() -> Path:
+    """Build (or find cached) helm alone: what the chart's tests and packaging need."""
+    bins = cache_root() / "bin"
+    logs = cache_root() / "logs"
+    bins.mkdir(parents=True, exist_ok=True)
+    return _go_install(bins, logs, "helm", "helm.sh/helm/v3/cmd/helm", HELM_VERSION,
+                       f"-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION}")
+
+
+def build_binaries(release: KubernetesRelease | None = None) -> Binaries:
+    """Build (or find cached) every Go binary the test bed runs, Kubernetes at ``release``
+    (default: :func:`wanted_kubernetes`'s, so helm's users build no other release)."""
+    if release is None:
+        release = kubernetes_release(wanted_kubernetes())
     bins = cache_root() / "bin"
     logs = cache_root() / "logs"
     bins.mkdir(parents=True, exist_ok=True)
     etcd = _build_main(bins, logs, "etcd", "go.etcd.io/etcd/server/v3", ETCD_VERSION,
                        "go.etcd.io/etcd/server/v3", "-s -w")
-    kubernetes = _build_kubernetes(bins, logs)
+    kubernetes = _build_kubernetes(bins, logs, release)
     kwok = _go_install(bins, logs, "kwok", "sigs.k8s.io/kwok/cmd/kwok", KWOK_VERSION)
-    helm = _go_install(bins, logs, "helm", "helm.sh/helm/v3/cmd/helm", HELM_VERSION,
-                       f"-s -w -X helm.sh/helm/v3/internal/version.version={HELM_VERSION}")
+    helm = build_helm()
     lws = _build_main(bins, logs, "lws-controller", "sigs.k8s.io/lws", LWS_VERSION,
                       "sigs.k8s.io/lws/cmd",
                       f"-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion={LWS_VERSION}")

@@ -111,6 +111,9 @@ class Testbed:
     ready: bool = False
     #: Slurm accounting (MariaDB and slurmdbd) runs; False in a state file older than it.
     accounting: bool = False
+    #: The Kubernetes release it runs (build.KUBERNETES_RELEASES); a state file older than the
+    #: choice was written by a 1.35 bed.
+    kubernetes: str = "1.35"
 
     # -- derived ---------------------------------------------------------------------------
     @property
@@ -142,6 +145,10 @@ class Testbed:
     def pki(self) -> Path:
         return self.path / "pki"
 
+    @property
+    def release(self) -> build.KubernetesRelease:
+        return build.kubernetes_release(self.kubernetes)
+
     def log(self, name: str) -> Path:
         return self.path / "logs" / f"{name}.log"
 
@@ -171,7 +178,7 @@ class Testbed:
         return httpx.Client(base_url=self.apiserver_url, verify=ctx, timeout=10)
 
     def kubectl(self, *args: str, input: str | None = None, timeout: float = 60) -> str:
-        bins = build.build_binaries()
+        bins = build.build_binaries(self.release)
         return procs.run([str(bins.kubectl), f"--kubeconfig={self.kubeconfig}", *args],
                          what=f"kubectl {' '.join(args[:2])}", input=input, timeout=timeout)
 
@@ -212,10 +219,13 @@ def _require_root() -> None:
 
 def up(*, node_count: int = 8, suite: str = build.DEFAULT_SUITE, kill_wait: int = 30,
        apiserver_port: int | None = None, slurmrestd_port: int | None = None,
-       slurmctld_port: int | None = None, accounting: bool = True) -> Testbed:
+       slurmctld_port: int | None = None, accounting: bool = True,
+       kubernetes: str | None = None) -> Testbed:
     """Start everything and return the running test bed (an already-running one is reused, if
-    it runs accounting as asked)."""
+    it runs accounting and the Kubernetes release as asked). ``kubernetes``: a release of
+    build.KUBERNETES_RELEASES (default: build.wanted_kubernetes())."""
     build.check_suite(suite)
+    release = build.kubernetes_release(kubernetes or build.wanted_kubernetes())
     if not 1 <= node_count <= MAX_NODES:
         raise TestbedError(f"--nodes must be between 1 and {MAX_NODES}, not {node_count}")
     _require_root()
@@ -226,6 +236,9 @@ def up(*, node_count: int = 8, suite: str = build.DEFAULT_SUITE, kill_wait: int 
         elif existing.accounting != accounting:
             say(f"the test bed up in {existing.dir} runs "
                 f"{'with' if existing.accounting else 'without'} accounting; restarting it")
+        elif existing.kubernetes != release.name:
+            say(f"the test bed up in {existing.dir} runs Kubernetes {existing.kubernetes}, "
+                f"not {release.name}; restarting it")
         else:
             say(f"test bed already up in {existing.dir}; reusing it")
             return existing
@@ -252,7 +265,7 @@ def up(*, node_count: int = 8, suite: str = build.DEFAULT_SUITE, kill_wait: int 
     ports["slurmd_base"] = procs.free_port_range(node_count)
     if len(set(ports.values())) != len(ports):
         raise TestbedError(f"two test bed components were given the same port: {ports}")
-    bins = build.build_binaries()
+    bins = build.build_binaries(release)
     manifests = build.build_manifests()
     chroot = build.build_chroot(suite)
 
@@ -263,7 +276,7 @@ def up(*, node_count: int = 8, suite: str = build.DEFAULT_SUITE, kill_wait: int 
     path.chmod(0o700)
     tb = Testbed(dir=str(path), suite=suite, chroot=str(chroot), node_count=node_count,
                  kill_wait=kill_wait, ports=ports, hook_token=secrets.token_urlsafe(32),
-                 accounting=accounting)
+                 accounting=accounting, kubernetes=release.name)
     tb.save()
     try:
         _start_kubernetes(tb, bins)
@@ -304,8 +317,16 @@ def _start_kubernetes(tb: Testbed, bins: build.Binaries) -> None:
     tb.save()
     procs.wait_for(lambda: httpx.get(f"{etcd_url}/health", timeout=1).status_code == 200,
                    what="etcd", timeout=30, log=tb.log("etcd"), pid=tb.pids["etcd"])
+    tb.pids["kube-apiserver"] = _launch(tb, "kube-apiserver", apiserver_cmd(tb, bins),
+                                        tb.log("kube-apiserver"))
+    tb.save()
+
+
+def apiserver_cmd(tb: Testbed, bins: build.Binaries) -> list[str]:
+    """kube-apiserver's command line, with the bed's release's flags (its gang API)."""
     p = tb.pki
-    tb.pids["kube-apiserver"] = _launch(tb, "kube-apiserver", [
+    etcd_url = f"http://127.0.0.1:{tb.ports['etcd']}"
+    return build.with_flags([
         str(bins.kube_apiserver), f"--etcd-servers={etcd_url}",
         f"--cert-dir={p}", f"--tls-cert-file={p / 'apiserver.crt'}",
         f"--tls-private-key-file={p / 'apiserver.key'}", f"--client-ca-file={p / 'ca.crt'}",
@@ -318,8 +339,7 @@ def _start_kubernetes(tb: Testbed, bins: build.Binaries) -> None:
         # No controller-manager runs here: nobody would make default ServiceAccounts, nor lift
         # the not-ready taint that TaintNodesByCondition puts on every new Node.
         "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition", "--v=0"],
-        tb.log("kube-apiserver"))
-    tb.save()
+        tb.release.apiserver_flags)
 
 
 def _launch(tb: Testbed, name: str, cmd: list[str], log: Path) -> int:
@@ -412,19 +432,31 @@ def _crd_name(crd: Path) -> str:
 #: kube-controller-manager runs these alone: Jobs make their Pods, StatefulSets theirs (the
 #: LeaderWorkerSet controller makes a StatefulSet per group), and the garbage collector deletes
 #: what an owner being deleted leaves (a Job's Pods). No node-lifecycle controller (it would
-#: taint kwok's Nodes), no namespace controller (tests finalize their namespaces).
+#: taint kwok's Nodes), no namespace controller (tests finalize their namespaces). A release
+#: adds its own (build.KubernetesRelease.controllers).
 CONTROLLERS = ("job-controller", "statefulset-controller", "garbage-collector-controller")
 
 
-def _start_controller_manager(tb: Testbed, bins: build.Binaries) -> None:
-    say(f"starting kube-controller-manager ({', '.join(CONTROLLERS)})")
-    port = tb.ports["controller_manager"]
-    tb.pids["kube-controller-manager"] = procs.start([
+def controllers(release: build.KubernetesRelease) -> tuple[str, ...]:
+    return CONTROLLERS + release.controllers
+
+
+def controller_manager_cmd(tb: Testbed, bins: build.Binaries) -> list[str]:
+    """kube-controller-manager's command line. It authenticates with the admin kubeconfig
+    (system:masters), so no RBAC a release's controllers need has to be granted."""
+    return build.with_flags([
         str(bins.kube_controller_manager), f"--kubeconfig={tb.kubeconfig}",
-        f"--controllers={','.join(CONTROLLERS)}", "--leader-elect=false",
-        "--bind-address=127.0.0.1", f"--secure-port={port}",
+        f"--controllers={','.join(controllers(tb.release))}", "--leader-elect=false",
+        "--bind-address=127.0.0.1", f"--secure-port={tb.ports['controller_manager']}",
         f"--cert-dir={tb.path / 'controller-manager'}", "--kube-api-qps=100",
-        "--kube-api-burst=200", "--v=0"], tb.log("kube-controller-manager"))
+        "--kube-api-burst=200", "--v=0"], tb.release.controller_manager_flags)
+
+
+def _start_controller_manager(tb: Testbed, bins: build.Binaries) -> None:
+    say(f"starting kube-controller-manager ({', '.join(controllers(tb.release))})")
+    port = tb.ports["controller_manager"]
+    tb.pids["kube-controller-manager"] = procs.start(controller_manager_cmd(tb, bins),
+                                                     tb.log("kube-controller-manager"))
     tb.save()
 
     def healthy() -> bool:
@@ -751,7 +783,8 @@ def status() -> str:
     alive = tb.alive()
     slurmds = [n for n in alive if n.startswith("slurmd:")]
     lines = [f"test bed: {'up' if tb.ready and all(alive.values()) else 'DEGRADED'} "
-             f"({tb.node_count} nodes, Debian {tb.suite}, Slurm {build.SLURM_SUITES[tb.suite]}, "
+             f"({tb.node_count} nodes, Kubernetes {tb.release.version}, Debian {tb.suite}, "
+             f"Slurm {build.SLURM_SUITES[tb.suite]}, "
              f"accounting {'on' if tb.accounting else 'off'})",
              f"  state dir     {tb.dir}"]
 
@@ -763,7 +796,7 @@ def status() -> str:
     lines.append(row("etcd", f"http://127.0.0.1:{tb.ports.get('etcd')}"))
     lines.append(row("kube-apiserver", tb.apiserver_url))
     if "kube-controller-manager" in tb.pids:
-        lines.append(row("kube-controller-manager", ", ".join(CONTROLLERS)))
+        lines.append(row("kube-controller-manager", ", ".join(controllers(tb.release))))
     if "lws-controller" in tb.pids:
         lines.append(row("lws-controller",
                          f"webhooks https://127.0.0.1:{tb.ports.get('lws_webhook')}"))

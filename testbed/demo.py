@@ -11,8 +11,8 @@ from testbed.scheduler import DEMO_NAME, DEMO_PROCESS, REPO, start_demo_schedule
 EXAMPLES = REPO / "examples" / "pods.yaml"
 
 
-def run(*, node_count: int, suite: str) -> None:
-    tb = cluster.up(node_count=node_count, suite=suite)
+def run(*, node_count: int, suite: str, kubernetes: str | None = None) -> None:
+    tb = cluster.up(node_count=node_count, suite=suite, kubernetes=kubernetes)
     pid = tb.pids.get(DEMO_PROCESS)
     if pid is None or not procs.alive(pid):
         say(f"starting sunk-scheduler (name {DEMO_NAME!r}, cluster scope)")

@@ -1,7 +1,8 @@
 """End-to-end fixtures: the real test bed, started once per run (or reused), a namespace per test.
 
 A test bed that this run started is stopped at the end of the run; one that was already up
-(``python -m testbed up``) is left running, so a developer can iterate quickly.
+(``python -m testbed up``) is left running, so a developer can iterate quickly, if it runs the
+Kubernetes release asked for (``$SUNK_TESTBED_KUBERNETES``, default build.DEFAULT_KUBERNETES).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import httpx
 import pytest
 
 from sunk.kube import Client, connect
-from testbed import cluster
+from testbed import build, cluster
 from testbed.scheduler import DEMO_PROCESS
 from testbed.scheduler import REPO as REPO
 from testbed.scheduler import RunningScheduler as RunningScheduler
@@ -106,10 +107,13 @@ def _testbed() -> Iterator[cluster.Testbed]:
               file=sys.stderr)
         cluster.down()
         existing = None
-    if existing is not None and existing.ready and all(existing.alive().values()):
+    kubernetes = build.wanted_kubernetes()
+    if (existing is not None and existing.ready and all(existing.alive().values())
+            and existing.kubernetes == kubernetes):
         yield existing
         return
-    tb = cluster.up(node_count=int(os.environ.get("SUNK_TESTBED_NODES", "8")))
+    tb = cluster.up(node_count=int(os.environ.get("SUNK_TESTBED_NODES", "8")),
+                    kubernetes=kubernetes)
     try:
         yield tb
     finally:

@@ -184,7 +184,7 @@ def helm_env(home: Path) -> dict[str, str]:
 
 def helm(testbed: cluster.Testbed, home: Path, *args: str) -> str:
     """The test bed's helm against the test bed; its output, or an assertion naming why not."""
-    done = subprocess.run([str(build.build_binaries().helm), *args,
+    done = subprocess.run([str(build.build_helm()), *args,
                            f"--kubeconfig={testbed.kubeconfig}"], capture_output=True,
                           text=True, timeout=120, env={**os.environ, **helm_env(home)},
                           check=False)

@@ -121,9 +121,10 @@ def render(release_ns: str, watched: str, slurmd: str) -> list[Obj]:
     values = {"scheduler": {"scope": {"type": "namespace", "namespaces": watched},
                             "slurmd": {"namespace": slurmd}},
               "slurm": {"auth": {"token": "unused"}}}
+    release = build.kubernetes_release(build.wanted_kubernetes())
     done = subprocess.run(
-        [str(build.build_binaries().helm), "template", RELEASE, str(CHART),
-         "--namespace", release_ns, "--kube-version", "1.35.0",
+        [str(build.build_helm()), "template", RELEASE, str(CHART),
+         "--namespace", release_ns, "--kube-version", release.version,
          "--show-only", "templates/admissionpolicy.yaml", "--set-json",
          f"scheduler={json.dumps(values['scheduler'])}",
          "--set-json", f"slurm={json.dumps(values['slurm'])}"],

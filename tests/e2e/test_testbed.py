@@ -16,9 +16,10 @@ from tests.e2e.conftest import RunningScheduler
 from tests.e2e.helpers import call_api, close_api, eventually, kube_list, quiet
 
 
-async def test_api_server_is_a_stamped_kubernetes(kube: Client) -> None:
+async def test_api_server_is_a_stamped_kubernetes_of_the_bed_s_release(
+        kube: Client, testbed: cluster.Testbed) -> None:
     version = await kube.request("GET", "/version")
-    assert version["gitVersion"].startswith("v1.35.")
+    assert version["gitVersion"] == testbed.release.version
 
 
 async def test_nodes_are_ready_kwok_nodes_with_gpus(

@@ -33,7 +33,7 @@ Obj = dict[str, Any]
 
 @pytest.fixture(scope="module")
 def helm() -> Path:
-    return build.build_binaries().helm
+    return build.build_helm()
 
 
 def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
