@@ -65,6 +65,12 @@ class Container(msgspec.Struct, frozen=True, gc=False, rename="camel"):
     restart_policy: str = ""
 
 
+class SchedulingGroup(msgspec.Struct, frozen=True, gc=False, rename="camel"):
+    """``spec.schedulingGroup``: the ``scheduling.k8s.io`` PodGroup the Pod belongs to."""
+
+    pod_group_name: str = ""
+
+
 class PodSpec(msgspec.Struct, frozen=True, gc=False, rename="camel"):
     node_name: str = ""
     scheduler_name: str = ""
@@ -76,6 +82,7 @@ class PodSpec(msgspec.Struct, frozen=True, gc=False, rename="camel"):
     tolerations: tuple[dict[str, Any], ...] = ()
     node_selector: dict[str, str] = {}
     affinity: dict[str, Any] = {}
+    scheduling_group: SchedulingGroup = SchedulingGroup()
 
     @property
     def required_node_terms(self) -> tuple[dict[str, Any], ...]:

@@ -119,7 +119,8 @@ class Settings(BaseSettings):
     gang_incomplete_timeout: float = 300.0
     gang_bind_timeout: float = 60.0
     gang_max_size: int = Field(default=64, ge=1, le=512)
-    #: Whether to watch scheduler-plugins PodGroups (their CRD need not be installed).
+    #: Whether to watch PodGroups: scheduler-plugins' (their CRD need not be installed) and
+    #: Kubernetes' own (``scheduling.k8s.io``, where the API server serves them).
     watch_podgroups: bool = True
     #: Whether to keep a PodGroup's ``status`` (phase and counts) as scheduler-plugins'
     #: controller does; off where that controller runs.

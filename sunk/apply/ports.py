@@ -52,8 +52,9 @@ class KubePort(Protocol):
         ...
 
     async def patch_status(self, plural: str, version: str, obj: Obj,
-                           status: Mapping[str, Any]) -> None:
-        """Merge-patch a custom resource's status (``plural`` of API ``version``)."""
+                           status: Mapping[str, Any], *, strategic: bool = False) -> None:
+        """Patch an object's status (``plural`` of API ``version``): merge, or strategic
+        merge for a built-in type."""
         ...
 
     async def set_taints(self, node: Obj, taints: list[dict[str, Any]]) -> str:
@@ -137,11 +138,11 @@ class KubeAPI:
         return objects.pod(written).metadata.resource_version
 
     async def patch_status(self, plural: str, version: str, obj: Obj,
-                           status: Mapping[str, Any]) -> None:
+                           status: Mapping[str, Any], *, strategic: bool = False) -> None:
         meta = objects.custom(obj).metadata
         async with self._status_slots:
             await kube.patch_status(self.api, plural, version, meta.namespace, meta.name,
-                                    meta.uid, status)
+                                    meta.uid, status, strategic=strategic)
 
     async def set_taints(self, node: Obj, taints: list[dict[str, Any]]) -> str:
         meta = objects.node(node).metadata

@@ -90,20 +90,23 @@ class WaitingWriter:
         """What :meth:`ride_along` gave was not written: the next look writes it."""
         self.memory.shown.pop(objects.pod(pod).metadata.uid, None)
 
-    def show_podgroup(self, group: kube.Obj, record: GangRecord,
-                      status: Mapping[str, Any]) -> None:
-        """Write a PodGroup's status (:mod:`sunk.plans.podgroup`) unless it was the last
-        written for the gang (the watch may not have brought that write back yet)."""
-        said = {k: v for k, v in status.items() if k != "scheduleStartTime"}
+    def show_podgroup(self, group: kube.Obj, record: GangRecord, status: Mapping[str, Any], *,
+                      version: str = gang.PODGROUP_VERSION, strategic: bool = False) -> None:
+        """Write a PodGroup's status (:mod:`sunk.plans.podgroup`, or a Kubernetes PodGroup's
+        condition, :mod:`sunk.plans.workload`) unless it was the last written for the gang
+        (the watch may not have brought that write back yet); times are not compared."""
+        said = _without_times(status)
         if record.podgroup_status == said:
             return
         record.podgroup_status = said
-        self.background.fire(self._write_podgroup(group, record, said, status))
+        self.background.fire(self._write_podgroup(group, record, said, status, version,
+                                                  strategic))
 
     async def _write_podgroup(self, group: kube.Obj, record: GangRecord, said: dict[str, Any],
-                              status: Mapping[str, Any]) -> None:
+                              status: Mapping[str, Any], version: str, strategic: bool) -> None:
         try:
-            await self.kube.patch_status("podgroups", gang.PODGROUP_VERSION, group, status)
+            await self.kube.patch_status("podgroups", version, group, status,
+                                         strategic=strategic)
         except kube.KubeError as exc:
             if record.podgroup_status is said:  # written again at the gang's next look
                 record.podgroup_status = None
@@ -129,3 +132,12 @@ class WaitingWriter:
                 del self.memory.shown[uid]
             log.info("pod %s: could not write why it waits: %s",
                      objects.pod(pod).metadata.key, exc)
+
+
+def _without_times(status: Mapping[str, Any]) -> dict[str, Any]:
+    """``status`` without the times in it, which differ from one look to the next."""
+    said = {k: v for k, v in status.items() if k != "scheduleStartTime"}
+    if isinstance(conditions := said.get("conditions"), list):
+        said["conditions"] = [{k: v for k, v in c.items() if k != "lastTransitionTime"}
+                              for c in conditions]
+    return said

@@ -168,13 +168,13 @@ async def show_waiting(api: Client, pod: Obj, condition: Mapping[str, Any],
 
 
 async def patch_status(api: Client, plural: str, version: str, namespace: str, name: str,
-                       uid: str, status: Mapping[str, Any]) -> None:
-    """Merge-patch the status subresource of a custom resource (custom resources take no
-    strategic merge). The uid makes it a precondition: an object recreated under the same
-    name is not written."""
+                       uid: str, status: Mapping[str, Any], *, strategic: bool = False) -> None:
+    """Patch an object's status subresource: a merge patch (a custom resource takes no
+    other), or a strategic one (a built-in type's conditions merge by their type). The uid
+    makes it a precondition: an object recreated under the same name is not written."""
     await api.write("PATCH", f"{plural}/{name}/status", namespace=namespace, version=version,
                     json={"metadata": {"uid": uid}, "status": dict(status)},
-                    headers=MERGE_PATCH)
+                    headers=STRATEGIC_PATCH if strategic else MERGE_PATCH)
 
 
 async def annotate_showing_waiting(api: Client, pod: Obj, annotations: Mapping[str, str | None],

@@ -18,7 +18,7 @@ from sunk.model.cluster import Cluster
 from sunk.model.slurmwatch import SlurmWatch
 from sunk.model.state import GangMember, GangRecord
 from sunk.plans import actions as do
-from sunk.plans import gang, gangplan, podgroup, podplan
+from sunk.plans import gang, gangplan, podgroup, podplan, workload
 from sunk.plans.decide import JobView
 from sunk.plans.keys import GangKey
 from sunk.plans.translate import TranslateSettings
@@ -148,9 +148,14 @@ class GangReconciler:
                                        first_try=first_try)
 
     def _show_podgroup(self, found: gang.Gang, record: GangRecord, pods: list[kube.Obj]) -> None:
-        """A PodGroup's gang: its phase and counts onto the PodGroup's status."""
+        """A PodGroup's gang: its phase and counts onto a scheduler-plugins PodGroup's status,
+        its condition onto a Kubernetes PodGroup's."""
         source, _, name = found.name.partition(":")
-        if source != "podgroup" or not self.settings.podgroup_status or found.size is None:
+        if not self.settings.podgroup_status:
+            return
+        if source == "workload":
+            self._show_workload_podgroup(found, record, name)
+        if source != "podgroup" or found.size is None:
             return
         group = self.cluster.gang_index.podgroup(found.namespace, name)
         if group is None:
@@ -160,6 +165,25 @@ class GangReconciler:
                                datetime.datetime.now(datetime.UTC))
         if want is not None:
             self.executor.waiting.show_podgroup(group, record, want)
+
+    def _show_workload_podgroup(self, found: gang.Gang, record: GangRecord, name: str) -> None:
+        index = self.cluster.gang_index
+        version, group = index.workload_version, index.workload_podgroup(found.namespace, name)
+        if version is None or group is None:
+            return
+        typed = objects.custom(group)
+        conditions = typed.status.get("conditions")
+        want = workload.gang_condition(
+            version, gang=found.name, size=found.size,
+            bound=sum(1 for m in record.members if m.k8s_node), job_id=record.job_id,
+            problem=record.problem, waiting=record.waiting,
+            generation=typed.metadata.generation,
+            now=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            current=conditions if isinstance(conditions, list) else [])
+        if want is not None:
+            self.executor.waiting.show_podgroup(
+                group, record, {"conditions": [want]}, version=f"{workload.GROUP}/{version}",
+                strategic=True)
 
     def _record(self, found: gang.Gang, facts: gangplan.GangFacts,
                 plan: gangplan.GangPlan) -> GangRecord:

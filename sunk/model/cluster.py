@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from typing import Any
 
 from sunk import kube, objects
@@ -127,16 +127,17 @@ class Cluster:
             shared += [self.namespace_informer, self.gang_index.job_informer]
         return shared
 
-    def optional_informers(self) -> list[kube.Informer]:
-        """Informers run but not waited for (a CRD that may not be installed)."""
-        return [self.gang_index.podgroup_informer] if (
-            self.scheduling and self.settings.watch_podgroups) else []
+    def optional_runs(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
+        """What runs unwaited for: PodGroups' watches (their CRD or API may not be there)."""
+        if not (self.scheduling and self.settings.watch_podgroups):
+            return []
+        return [self.gang_index.podgroup_informer.run, self.gang_index.run_workloads]
 
     async def run(self) -> None:
         """Run the informers until cancelled; :attr:`ready` once every cache is synced."""
         async with asyncio.TaskGroup() as tasks:
-            for informer in [*self.informers(), *self.optional_informers()]:
-                tasks.create_task(informer.run())
+            for run in [*(i.run for i in self.informers()), *self.optional_runs()]:
+                tasks.create_task(run())
             await asyncio.gather(*(i.synced.wait() for i in self.informers()))
             tasks.create_task(forever("probing the API server",
                                       lambda: self.health.probe_kube(self.api)))

@@ -8,16 +8,22 @@ of batch Jobs and PodGroups from :meth:`GangIndex.owners`.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import logging
 from collections.abc import Callable
 
-from sunk import kube
-from sunk.plans import gang
+from sunk import kube, objects
+from sunk.plans import gang, workload
 from sunk.plans.keys import GangKey
 from sunk.slurm.job import PodIdentity, member_id
+
+log = logging.getLogger("sunk.gangs")
 
 
 class GangIndex:
     def __init__(self, api: kube.Client, annotation_prefix: str) -> None:
+        self.api = api
         self.annotation_prefix = annotation_prefix
         #: What a gang's size comes from: batch Jobs, and PodGroups if their CRD is installed
         #: (not waited for: without it, PodGroup gangs wait and say why).
@@ -26,9 +32,18 @@ class GangIndex:
         self.podgroup_informer = kube.Informer(
             api, "podgroups", version=gang.PODGROUP_VERSION,
             handler=lambda _, obj: self._on_owner("podgroup", obj))
+        #: Kubernetes' own PodGroups, in the version the API server serves (found at start).
+        self.workload_informer = kube.Informer(
+            api, "podgroups", version=f"{workload.GROUP}/{workload.VERSIONS[0]}",
+            handler=lambda _, obj: self._on_workload_podgroup(obj))
+        #: The version of ``scheduling.k8s.io`` read, once found; None before or if not served.
+        self.workload_version: str | None = None
         #: Gang key -> its Pods (that name this scheduler) by key; Pod key -> its gang key.
         self._pods: dict[str, dict[str, kube.Obj]] = {}
         self._gang_of: dict[str, str] = {}
+        #: (namespace, Kubernetes PodGroup) -> the Pods naming it, by key: whether they are its
+        #: gang depends on its policy (a basic one leaves them to the other sources).
+        self._in_group: dict[tuple[str, str], dict[str, kube.Obj]] = {}
         #: Called with a gang's key when its Job or PodGroup changes.
         self.handlers: list[Callable[[str], None]] = []
 
@@ -45,10 +60,20 @@ class GangIndex:
         if gang_key is not None and kind != "DELETED":
             self._pods.setdefault(gang_key, {})[key] = pod
             self._gang_of[key] = gang_key
+        typed = objects.pod(pod)
+        if group := typed.spec.scheduling_group.pod_group_name:  # filed again as it changes
+            where = (typed.metadata.namespace, group)
+            in_group = self._in_group.setdefault(where, {})
+            if kind == "DELETED":
+                in_group.pop(key, None)
+                if not in_group:
+                    del self._in_group[where]
+            else:
+                in_group[key] = pod
 
     def gang_of(self, pod: kube.Obj) -> str | None:
         """The key of the gang ``pod`` may belong to (whether it is one is for its claim)."""
-        name = gang.gang_name(pod, self.annotation_prefix)
+        name = gang.gang_name(pod, self.annotation_prefix, self._workload_policy)
         return None if name is None else str(GangKey(pod["metadata"]["namespace"], name))
 
     def pods(self, key: str) -> list[kube.Obj]:
@@ -58,6 +83,26 @@ class GangIndex:
     def podgroup(self, namespace: str, name: str) -> kube.Obj | None:
         """The PodGroup ``namespace/name`` as the informer has it now."""
         return self.podgroup_informer.cache.get(f"{namespace}/{name}")
+
+    def workload_podgroup(self, namespace: str, name: str) -> kube.Obj | None:
+        """Kubernetes' PodGroup ``namespace/name`` as the informer has it now."""
+        return self.workload_informer.cache.get(f"{namespace}/{name}")
+
+    async def run_workloads(self) -> None:
+        """Find which version of ``scheduling.k8s.io`` the API server serves PodGroups in,
+        then watch them; without one, look again every minute (an API server restarted with
+        the API switched on serves it from then)."""
+        for looks in itertools.count():
+            if (version := await find_workload_version(self.api)) is not None:
+                break
+            if looks == 0:
+                log.info("the API server serves no PodGroups of %s: looking again every "
+                         "minute", workload.GROUP)
+            await asyncio.sleep(60)
+        self.workload_version = version
+        self.workload_informer.version = f"{workload.GROUP}/{version}"
+        log.info("reading PodGroups of %s/%s", workload.GROUP, version)
+        await self.workload_informer.run()
 
     def members(self, who: PodIdentity) -> list[kube.Obj]:
         """The Pods a gang's job is for that still exist (any phase)."""
@@ -81,11 +126,57 @@ class GangIndex:
             size = ((found or {}).get("spec") or {}).get("minMember")
             return size if isinstance(size, int) and not isinstance(size, bool) else None
 
+        def kubernetes_podgroup(namespace: str, name: str) -> workload.Policy | None:
+            found = workloads.get(f"{namespace}/{name}")
+            return workload.policy(found) if found is not None else None
+
+        workloads = self.workload_informer.cache
         return gang.Owners(job=job, podgroup=podgroup,
-                           podgroups_known=self.podgroup_informer.synced.is_set())
+                           podgroups_known=self.podgroup_informer.synced.is_set(),
+                           workload=kubernetes_podgroup,
+                           workloads_known=self.workload_informer.synced.is_set())
+
+    def _workload_policy(self, namespace: str, name: str) -> workload.Policy | None:
+        found = self.workload_informer.cache.get(f"{namespace}/{name}")
+        return workload.policy(found) if found is not None else None
+
+    def _on_workload_podgroup(self, obj: kube.Obj) -> None:
+        """A Kubernetes PodGroup seen, changed or gone: the Pods naming it are filed again
+        (a basic policy leaves them to the other sources), and each gang they were or are in
+        looks again."""
+        meta = objects.custom(obj).metadata
+        touched = {str(GangKey(meta.namespace, f"workload:{meta.name}"))}
+        for key, pod in list(self._in_group.get((meta.namespace, meta.name), {}).items()):
+            if (was := self._gang_of.get(key)) is not None:
+                touched.add(was)
+            self.observe("MODIFIED", pod)
+            if (now := self._gang_of.get(key)) is not None:
+                touched.add(now)
+        for gang_key in sorted(touched):
+            for handler in self.handlers:
+                handler(gang_key)
 
     def _on_owner(self, source: str, obj: kube.Obj) -> None:
         meta = obj.get("metadata") or {}
         key = str(GangKey(str(meta.get("namespace")), f"{source}:{meta.get('name')}"))
         for handler in self.handlers:
             handler(key)
+
+
+async def find_workload_version(api: kube.Client) -> str | None:
+    """The version of ``scheduling.k8s.io`` to read PodGroups in (discovery); None if the API
+    server serves none, or cannot say now (logged)."""
+    try:
+        group = await api.request("GET", f"/apis/{workload.GROUP}")
+        served: dict[str, list[str]] = {}
+        for entry in group.get("versions") or ():
+            version = str(entry.get("version") or "")
+            if version in workload.VERSIONS:
+                listing = await api.request("GET", f"/apis/{workload.GROUP}/{version}")
+                served[version] = [str(r.get("name")) for r in listing.get("resources") or ()]
+    except kube.KubeError as exc:
+        if exc.status != 404:
+            log.warning("could not read which versions of %s are served: %s", workload.GROUP,
+                        exc)
+        return None
+    return workload.choose_version(served)

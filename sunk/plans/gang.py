@@ -1,10 +1,14 @@
 """Gangs: which Pods belong together, how many there must be, and each one's rank (pure).
 
 A gang is a group of Pods that becomes one multi-node Slurm job, all or nothing
-(docs/gangs.md). Four sources say a Pod belongs to one, checked in this order:
+(docs/gangs.md). Five sources say a Pod belongs to one, checked in this order:
 
 - sunk's own label ``<prefix>gang`` (its value names the gang), with the annotation
   ``<prefix>gang-size`` and, optionally, ``<prefix>gang-index`` (the rank);
+- Kubernetes' own PodGroup (``spec.schedulingGroup.podGroupName``, :mod:`sunk.plans.workload`)
+  with a gang policy: size its ``minCount``, rank the completion index of the Job that made it
+  (a basic policy asks for no gang: the sources below still apply, so a Pod of a bare basic
+  PodGroup runs alone);
 - a scheduler-plugins PodGroup (label ``scheduling.x-k8s.io/pod-group``; size ``minMember``);
 - a LeaderWorkerSet group (label ``leaderworkerset.sigs.k8s.io/group-key``; size and rank from
   the LWS controller's annotation and labels; the leader is rank 0);
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk import objects
+from sunk.plans import workload
 from sunk.slurm.job import member_id
 
 PODGROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -64,6 +69,10 @@ class Owners:
     podgroup: Callable[[str, str], int | None]
     #: Whether PodGroups can be known at all (their CRD is installed and watched).
     podgroups_known: bool = True
+    #: (namespace, name) -> the policy of a ``scheduling.k8s.io`` PodGroup.
+    workload: Callable[[str, str], workload.Policy | None] = lambda namespace, name: None
+    #: Whether those can be known (the API server serves them and they are watched).
+    workloads_known: bool = False
 
 
 def _job_owner(pod: Mapping[str, Any]) -> str | None:
@@ -77,16 +86,33 @@ def _job_owner(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
-def gang_name(pod: Mapping[str, Any], prefix: str) -> str | None:
-    """The name of the gang ``pod`` may belong to, from its labels and owner alone (a Job's
-    Pods are a gang only if the Job runs them all at once: :func:`claim` says)."""
-    return _gang_name(pod, objects.pod(pod).metadata, prefix)
+WorkloadPolicies = Callable[[str, str], workload.Policy | None]
 
 
-def _gang_name(pod: Mapping[str, Any], meta: objects.Meta, prefix: str) -> str | None:
+def _unknown(namespace: str, name: str) -> workload.Policy | None:
+    return None
+
+
+def gang_name(pod: Mapping[str, Any], prefix: str,
+              workloads: WorkloadPolicies = _unknown) -> str | None:
+    """The name of the gang ``pod`` may belong to, from its labels, owner and Kubernetes
+    PodGroup alone (a Job's Pods are a gang only if the Job runs them all at once: :func:`claim`
+    says). ``workloads``: the policies of Kubernetes' PodGroups, as known now."""
+    return _gang_name(pod, objects.pod(pod), prefix, workloads)
+
+
+def _gang_name(pod: Mapping[str, Any], typed: objects.Pod, prefix: str,
+               workloads: WorkloadPolicies) -> str | None:
+    meta = typed.metadata
     labels = meta.labels
     if (name := labels.get(prefix + GANG_LABEL)) is not None:
         return f"label:{name}"
+    if kubernetes_group := typed.spec.scheduling_group.pod_group_name:
+        # a basic policy asks for no gang: the sources below may still make one (a Job that
+        # runs all at once stays a gang when the Job controller gives it a basic PodGroup)
+        known = workloads(meta.namespace, kubernetes_group)
+        if known is None or known.gang:
+            return f"workload:{kubernetes_group}"
     if (group := labels.get(PODGROUP_LABEL)) is not None:
         return f"podgroup:{group}"
     if (key := labels.get(LWS_GROUP_KEY)) is not None:
@@ -99,8 +125,9 @@ def _gang_name(pod: Mapping[str, Any], meta: objects.Meta, prefix: str) -> str |
 
 def claim(pod: Mapping[str, Any], prefix: str, owners: Owners) -> Claim | None:
     """The gang ``pod`` belongs to, or None if it is scheduled alone."""
-    meta = objects.pod(pod).metadata
-    name = _gang_name(pod, meta, prefix)
+    typed = objects.pod(pod)
+    meta = typed.metadata
+    name = _gang_name(pod, typed, prefix, owners.workload)
     if name is None:
         return None
     labels, annotations, namespace = meta.labels, meta.annotations, meta.namespace
@@ -115,6 +142,9 @@ def claim(pod: Mapping[str, Any], prefix: str, owners: Owners) -> Claim | None:
             f"PodGroup {group} not found" if owners.podgroups_known
             else "PodGroups are not watched (their CRD is not installed)")
         return Claim(name, None if size is None else str(size), waiting=waiting)
+    if source == "workload":
+        return _workload_claim(name, ref, owners.workload(namespace, ref),
+                               owners.workloads_known, labels.get(JOB_INDEX))
     if source == "lws":
         return Claim(name, annotations.get(LWS_SIZE), labels.get(LWS_WORKER_INDEX))
     shape = owners.job(namespace, ref)
@@ -124,6 +154,20 @@ def claim(pod: Mapping[str, Any], prefix: str, owners: Owners) -> Claim | None:
     if parallelism is None or parallelism != completions or parallelism < 2:
         return None  # not all at once: each Pod is scheduled alone
     return Claim(name, str(parallelism), labels.get(JOB_INDEX))
+
+
+def _workload_claim(name: str, group: str, policy: workload.Policy | None, known: bool,
+                    rank: str | None) -> Claim | None:
+    """A member of the ``scheduling.k8s.io`` PodGroup ``group`` (None: a basic policy, each
+    Pod alone)."""
+    if policy is None:
+        return Claim(name, None, waiting=(
+            f"PodGroup {group} ({workload.GROUP}) not found" if known
+            else f"the API server serves no PodGroups of {workload.GROUP}, or they are not "
+                 "watched"))
+    if not policy.gang:
+        return None
+    return Claim(name, None if policy.min_count is None else str(policy.min_count), rank)
 
 
 def gang_id(namespace: str, name: str) -> str:

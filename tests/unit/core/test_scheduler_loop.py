@@ -1000,3 +1000,29 @@ async def test_no_podgroup_status_when_told_not_to_keep_it() -> None:
         await bed.settle()
         assert bed.kube.calls("PATCH", PODGROUP_STATUS) == []
         scheduler.queue.close()
+
+
+async def test_a_kubernetes_podgroup_gets_kube_schedulers_condition(loop: Loop) -> None:
+    bed, scheduler = loop.bed, loop.scheduler
+    index = bed.cluster.gang_index
+    index.workload_version = "v1beta1"
+    put(index.workload_informer, {
+        "metadata": {"name": "g", "namespace": "ns", "uid": "g-uid", "generation": 1},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}})
+    index.workload_informer.synced.set()
+    for i in range(2):
+        made = pod(f"gggg-000{i}", f"m{i}")
+        made["spec"]["schedulingGroup"] = {"podGroupName": "g"}
+        bed.add_pod(made)
+    await scheduler.gangs.reconcile(GangKey("ns", "workload:g"), first_try=True)
+    await bed.settle()
+    (written,) = bed.kube.calls(
+        "PATCH", "/apis/scheduling.k8s.io/v1beta1/namespaces/ns/podgroups/g/status")
+    assert written["metadata"] == {"uid": "g-uid"}
+    (said,) = written["status"]["conditions"]
+    assert {k: said[k] for k in ("type", "status", "reason", "observedGeneration")} == {
+        "type": "PodGroupInitiallyScheduled", "status": "False", "reason": "Unschedulable",
+        "observedGeneration": 1}
+    # the stand-in Slurm has one node: the gang is refused, and its PodGroup says why
+    assert said["message"] == ("gang workload:g: GangTooLarge: the gang needs 2 nodes; Slurm "
+                               "has 1")
