@@ -108,6 +108,7 @@ def connect_scheduler(scheduler: Scheduler) -> None:
     cluster, watch = scheduler.cluster, scheduler.watch
     cluster.pod_handlers.append(scheduler.on_pod)
     cluster.gang_handlers.append(scheduler.gang_changed)
+    cluster.gang_index.pod_handlers.append(scheduler.on_pod)
     cluster.usage.freed = scheduler.room_freed
     watch.wake, watch.stuck = scheduler.wake, scheduler.job_stuck
     cluster.health.on_slurm_back.append(scheduler.slurm_back)

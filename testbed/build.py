@@ -82,8 +82,10 @@ KUBERNETES_RELEASES = {release.name: release for release in (
                       controller_manager_flags=(_GATES_1_36,),
                       controllers=(PODGROUP_PROTECTION_CONTROLLER,)),
     KubernetesRelease("1.37", "v1.37.2",
+                      # 1.37 refuses a loopback --advertise-address unless nothing writes the
+                      # `kubernetes` Service's endpoints (the bed has no Service network)
                       apiserver_flags=("--runtime-config=scheduling.k8s.io/v1beta1=true",
-                                       _GATES_1_37),
+                                       _GATES_1_37, "--endpoint-reconciler-type=none"),
                       controller_manager_flags=(_GATES_1_37,),
                       controllers=(PODGROUP_PROTECTION_CONTROLLER,)),
 )}

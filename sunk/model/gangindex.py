@@ -46,6 +46,8 @@ class GangIndex:
         self._in_group: dict[tuple[str, str], dict[str, kube.Obj]] = {}
         #: Called with a gang's key when its Job or PodGroup changes.
         self.handlers: list[Callable[[str], None]] = []
+        #: Called with each Pod filed again as its Kubernetes PodGroup is seen or changes.
+        self.pod_handlers: list[Callable[[str, kube.Obj], None]] = []
 
     def observe(self, kind: str, pod: kube.Obj) -> None:
         """A watch event of a Pod naming this scheduler: file it under its gang, if any."""
@@ -146,15 +148,17 @@ class GangIndex:
         looks again."""
         meta = objects.custom(obj).metadata
         touched = {str(GangKey(meta.namespace, f"workload:{meta.name}"))}
-        for key, pod in list(self._in_group.get((meta.namespace, meta.name), {}).items()):
-            if (was := self._gang_of.get(key)) is not None:
+        refiled = list(self._in_group.get((meta.namespace, meta.name), {}).values())
+        for pod in refiled:
+            if (was := self._gang_of.get(kube.key(pod))) is not None:
                 touched.add(was)
             self.observe("MODIFIED", pod)
-            if (now := self._gang_of.get(key)) is not None:
-                touched.add(now)
         for gang_key in sorted(touched):
             for handler in self.handlers:
                 handler(gang_key)
+        for pod in refiled:  # each looks again: in its gang now, or alone
+            for pod_handler in self.pod_handlers:
+                pod_handler("MODIFIED", pod)
 
     def _on_owner(self, source: str, obj: kube.Obj) -> None:
         meta = obj.get("metadata") or {}

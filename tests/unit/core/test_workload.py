@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sunk import kube
 from sunk.model.gangindex import GangIndex
 from sunk.plans import workload
 from sunk.plans.gang import JOB_INDEX, Claim, Owners, claim, gang_name
@@ -124,6 +125,7 @@ def test_pods_are_filed_again_when_their_podgroup_turns_out_basic() -> None:
     index = GangIndex(api=None, annotation_prefix=PREFIX)  # type: ignore[arg-type]
     looked: list[str] = []
     index.handlers.append(looked.append)
+    index.pod_handlers.append(lambda kind, pod: looked.append(kube.key(pod)))
     pods = [member(f"w-{i}", "g", job="train") for i in range(2)]
     for p in pods:
         index.observe("ADDED", p)
@@ -133,7 +135,7 @@ def test_pods_are_filed_again_when_their_podgroup_turns_out_basic() -> None:
     index._on_workload_podgroup(index.workload_informer.cache["ns/g"])
     assert index.pods("ns/workload:g") == []
     assert {p["metadata"]["name"] for p in index.pods("ns/job:train")} == {"w-0", "w-1"}
-    assert looked == ["ns/job:train", "ns/workload:g"]
+    assert looked == ["ns/workload:g", "ns/w-0", "ns/w-1"]  # each Pod finds its gang anew
     index.observe("DELETED", pods[0])
     index.observe("DELETED", pods[1])
     assert index._in_group == {}

@@ -68,12 +68,14 @@ def test_1_35_runs_with_the_flags_it_always_had(tmp_path: Path) -> None:
         "--kube-api-qps=100", "--kube-api-burst=200", "--v=0"]
 
 
-@pytest.mark.parametrize(("kubernetes", "runtime_config", "gates"), [
-    ("1.36", "--runtime-config=scheduling.k8s.io/v1alpha2=true", GANG_1_36),
-    ("1.37", "--runtime-config=scheduling.k8s.io/v1beta1=true", GANG_1_37),
+@pytest.mark.parametrize(("kubernetes", "runtime_config", "gates", "more"), [
+    ("1.36", "--runtime-config=scheduling.k8s.io/v1alpha2=true", GANG_1_36, ()),
+    # 1.37 refuses the bed's loopback --advertise-address with an endpoint reconciler
+    ("1.37", "--runtime-config=scheduling.k8s.io/v1beta1=true", GANG_1_37,
+     ("--endpoint-reconciler-type=none",)),
 ])
 def test_the_gang_api_is_switched_on(tmp_path: Path, kubernetes: str, runtime_config: str,
-                                     gates: str) -> None:
+                                     gates: str, more: tuple[str, ...]) -> None:
     apiserver, controller_manager = _commands(tmp_path, kubernetes)
     version = build.KUBERNETES_RELEASES[kubernetes].version
     assert apiserver[0].endswith(f"kube-apiserver-{version}")
@@ -86,7 +88,8 @@ def test_the_gang_api_is_switched_on(tmp_path: Path, kubernetes: str, runtime_co
         f"--controllers={BED_CONTROLLERS},podgroup-protection-controller"]
     # Nothing else differs from 1.35's.
     old_apiserver, old_controller_manager = _commands(tmp_path, "1.35")
-    assert [a for a in apiserver[1:] if a not in (runtime_config, gates)] == old_apiserver[1:]
+    assert [a for a in apiserver[1:] if a not in (runtime_config, gates)] == [
+        *old_apiserver[1:], *more]
     assert ([a for a in controller_manager[1:] if a != gates and "--controllers=" not in a]
             == [a for a in old_controller_manager[1:] if "--controllers=" not in a])
 
