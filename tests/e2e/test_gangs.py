@@ -127,6 +127,15 @@ async def assert_ranked(testbed: cluster.Testbed, slurm: httpx.AsyncClient,
     return job
 
 
+async def by_completion_index(kube: Client, namespace: str) -> list[str] | None:
+    """The names of a Job's Pods in the namespace, by completion index, once all SIZE exist."""
+    async with call_api(kube, "GET", namespace=namespace, url="pods") as r:
+        pods = r.json()["items"]
+    ranked = sorted(pods, key=lambda p: int(p["metadata"]["labels"][
+        "batch.kubernetes.io/job-completion-index"]))
+    return [p["metadata"]["name"] for p in ranked] if len(ranked) == SIZE else None
+
+
 async def gone(kube: Client, namespace: str, names: list[str], within: float = 60) -> None:
     async def all_gone() -> bool:
         return all(p is None for p in await pods_of(kube, namespace, names))
@@ -198,18 +207,11 @@ async def test_an_indexed_job_is_one_gang_ranked_by_completion_index(
         await kube.request("POST", "jobs", namespace=namespace, version="batch/v1",
                            json=batch_job)
 
-    async def by_index() -> list[str] | None:
-        async with call_api(kube, "GET", namespace=namespace, url="pods") as r:
-            pods = r.json()["items"]
-        ranked = sorted(pods, key=lambda p: int(p["metadata"]["labels"][
-            "batch.kubernetes.io/job-completion-index"]))
-        return [p["metadata"]["name"] for p in ranked] if len(ranked) == SIZE else None
-
     await quiet(slurm, testbed)
     blocker = block(testbed, testbed.nodes[3:])
     try:
         await make()
-        names = await eventually(by_index, within=30)
+        names = await eventually(lambda: by_completion_index(kube, namespace), within=30)
         await eventually(lambda: live_jobs(slurm, f"gang:{namespace}/job:train"), within=30)
         await assert_none_bound_for(kube, namespace, names, 10)
         testbed.slurm("scancel", blocker)

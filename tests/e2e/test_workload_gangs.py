@@ -11,12 +11,13 @@ import pytest
 from sunk.kube import Client
 from testbed import cluster
 from tests.e2e.conftest import RunningScheduler
-from tests.e2e.helpers import call_api, create, eventually, pod_manifest, quiet
+from tests.e2e.helpers import create, eventually, pod_manifest, quiet
 from tests.e2e.test_gangs import (
     SIZE,
     assert_none_bound_for,
     assert_ranked,
     block,
+    by_completion_index,
     gang_of_four_waits_for_four_free_nodes,
     live_jobs,
     no_live_job,
@@ -99,13 +100,6 @@ async def test_a_job_given_a_gang_podgroup_by_its_controller_is_one_gang_ranked_
         items = listed.get("items") or []
         return items[0]["metadata"]["name"] if len(items) == 1 else None
 
-    async def by_index() -> list[str] | None:
-        async with call_api(kube, "GET", namespace=namespace, url="pods") as r:
-            pods = r.json()["items"]
-        ranked = sorted(pods, key=lambda p: int(p["metadata"]["labels"][
-            "batch.kubernetes.io/job-completion-index"]))
-        return [p["metadata"]["name"] for p in ranked] if len(ranked) == SIZE else None
-
     await quiet(slurm, testbed)
     blocker = block(testbed, testbed.nodes[3:])
     try:
@@ -113,7 +107,7 @@ async def test_a_job_given_a_gang_podgroup_by_its_controller_is_one_gang_ranked_
             "apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": "train", "namespace": namespace}, "spec": spec})
         group = await eventually(made_group, within=30)
-        names = await eventually(by_index, within=30)
+        names = await eventually(lambda: by_completion_index(kube, namespace), within=30)
         job_name = f"gang:{namespace}/workload:{group}"
         (pending,) = await eventually(lambda: live_jobs(slurm, job_name), within=30)
         assert pending["node_count"]["number"] == SIZE
