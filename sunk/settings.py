@@ -122,6 +122,8 @@ class Settings(BaseSettings):
     #: Whether to watch PodGroups: scheduler-plugins' (their CRD need not be installed) and
     #: Kubernetes' own (``scheduling.k8s.io``, where the API server serves them).
     watch_podgroups: bool = True
+    #: Whether to watch JobSets (their CRD need not be installed).
+    watch_jobsets: bool = True
     #: Whether to keep a PodGroup's ``status`` (phase and counts) as scheduler-plugins'
     #: controller does; off where that controller runs.
     podgroup_status: bool = True

@@ -128,10 +128,8 @@ class Cluster:
         return shared
 
     def optional_runs(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
-        """What runs unwaited for: PodGroups' watches (their CRD or API may not be there)."""
-        if not (self.scheduling and self.settings.watch_podgroups):
-            return []
-        return [self.gang_index.podgroup_informer.run, self.gang_index.run_workloads]
+        """What runs unwaited for: the gang sources whose CRD or API may not be there."""
+        return self.gang_index.optional_runs(self.settings) if self.scheduling else []
 
     async def run(self) -> None:
         """Run the informers until cancelled; :attr:`ready` once every cache is synced."""

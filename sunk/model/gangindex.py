@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from sunk import kube, objects
-from sunk.plans import gang, workload
+from sunk.plans import gang, jobset, workload
 from sunk.plans.keys import GangKey
+from sunk.settings import Settings
 from sunk.slurm.job import PodIdentity, member_id
 
 log = logging.getLogger("sunk.gangs")
@@ -35,18 +37,23 @@ class GangIndex:
         #: Kubernetes' own PodGroups, in the version the API server serves (found at start).
         self.workload_informer = kube.Informer(
             api, "podgroups", version=f"{workload.GROUP}/{workload.VERSIONS[0]}",
-            handler=lambda _, obj: self._on_workload_podgroup(obj))
+            handler=lambda _, obj: self._on_group("workload", obj))
         #: The version of ``scheduling.k8s.io`` read, once found; None before or if not served.
         self.workload_version: str | None = None
+        #: JobSets, if their CRD is installed (not waited for, as PodGroups).
+        self.jobset_informer = kube.Informer(
+            api, "jobsets", version=jobset.VERSION,
+            handler=lambda _, obj: self._on_group("jobset", obj))
         #: Gang key -> its Pods (that name this scheduler) by key; Pod key -> its gang key.
         self._pods: dict[str, dict[str, kube.Obj]] = {}
         self._gang_of: dict[str, str] = {}
-        #: (namespace, Kubernetes PodGroup) -> the Pods naming it, by key: whether they are its
-        #: gang depends on its policy (a basic one leaves them to the other sources).
+        #: (namespace, "workload:<PodGroup>" or "jobset:<JobSet>") -> the Pods naming it, by
+        #: key: whether they are its gang depends on the object (a basic policy, a JobSet that
+        #: does not run all at once, leave them to the other sources).
         self._in_group: dict[tuple[str, str], dict[str, kube.Obj]] = {}
         #: Called with a gang's key when its Job or PodGroup changes.
         self.handlers: list[Callable[[str], None]] = []
-        #: Called with each Pod filed again as its Kubernetes PodGroup is seen or changes.
+        #: Called with each Pod filed again as its Kubernetes PodGroup or JobSet changes.
         self.pod_handlers: list[Callable[[str, kube.Obj], None]] = []
 
     def observe(self, kind: str, pod: kube.Obj) -> None:
@@ -62,9 +69,7 @@ class GangIndex:
         if gang_key is not None and kind != "DELETED":
             self._pods.setdefault(gang_key, {})[key] = pod
             self._gang_of[key] = gang_key
-        typed = objects.pod(pod)
-        if group := typed.spec.scheduling_group.pod_group_name:  # filed again as it changes
-            where = (typed.metadata.namespace, group)
+        if where := _group_of(pod):  # filed again as that changes
             in_group = self._in_group.setdefault(where, {})
             if kind == "DELETED":
                 in_group.pop(key, None)
@@ -75,7 +80,7 @@ class GangIndex:
 
     def gang_of(self, pod: kube.Obj) -> str | None:
         """The key of the gang ``pod`` may belong to (whether it is one is for its claim)."""
-        name = gang.gang_name(pod, self.annotation_prefix, self._workload_policy)
+        name = gang.gang_name(pod, self.annotation_prefix, self.owners())
         return None if name is None else str(GangKey(pod["metadata"]["namespace"], name))
 
     def pods(self, key: str) -> list[kube.Obj]:
@@ -89,6 +94,15 @@ class GangIndex:
     def workload_podgroup(self, namespace: str, name: str) -> kube.Obj | None:
         """Kubernetes' PodGroup ``namespace/name`` as the informer has it now."""
         return self.workload_informer.cache.get(f"{namespace}/{name}")
+
+    def optional_runs(self, settings: Settings) -> list[Callable[[], Coroutine[Any, Any, None]]]:
+        """The watches of PodGroups and JobSets that ``settings`` asks for."""
+        runs: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        if settings.watch_podgroups:
+            runs += [self.podgroup_informer.run, self.run_workloads]
+        if settings.watch_jobsets:
+            runs.append(self.jobset_informer.run)
+        return runs
 
     async def run_workloads(self) -> None:
         """Find which version of ``scheduling.k8s.io`` the API server serves PodGroups in,
@@ -132,23 +146,26 @@ class GangIndex:
             found = workloads.get(f"{namespace}/{name}")
             return workload.policy(found) if found is not None else None
 
-        workloads = self.workload_informer.cache
+        def jobset_shape(namespace: str, name: str) -> jobset.Shape | None:
+            found = jobsets.get(f"{namespace}/{name}")
+            return jobset.shape(found) if found is not None else None
+
+        workloads, jobsets = self.workload_informer.cache, self.jobset_informer.cache
         return gang.Owners(job=job, podgroup=podgroup,
                            podgroups_known=self.podgroup_informer.synced.is_set(),
                            workload=kubernetes_podgroup,
-                           workloads_known=self.workload_informer.synced.is_set())
+                           workloads_known=self.workload_informer.synced.is_set(),
+                           jobset=jobset_shape,
+                           jobsets_known=self.jobset_informer.synced.is_set())
 
-    def _workload_policy(self, namespace: str, name: str) -> workload.Policy | None:
-        found = self.workload_informer.cache.get(f"{namespace}/{name}")
-        return workload.policy(found) if found is not None else None
-
-    def _on_workload_podgroup(self, obj: kube.Obj) -> None:
-        """A Kubernetes PodGroup seen, changed or gone: the Pods naming it are filed again
-        (a basic policy leaves them to the other sources), and each gang they were or are in
-        looks again."""
+    def _on_group(self, source: str, obj: kube.Obj) -> None:
+        """A Kubernetes PodGroup or a JobSet seen, changed or gone: the Pods naming it are
+        filed again (it may leave them to the other sources), and each gang they were in
+        looks again, as each of them does."""
         meta = objects.custom(obj).metadata
-        touched = {str(GangKey(meta.namespace, f"workload:{meta.name}"))}
-        refiled = list(self._in_group.get((meta.namespace, meta.name), {}).values())
+        name = f"{source}:{meta.name}"
+        touched = {str(GangKey(meta.namespace, name))}
+        refiled = list(self._in_group.get((meta.namespace, name), {}).values())
         for pod in refiled:
             if (was := self._gang_of.get(kube.key(pod))) is not None:
                 touched.add(was)
@@ -165,6 +182,16 @@ class GangIndex:
         key = str(GangKey(str(meta.get("namespace")), f"{source}:{meta.get('name')}"))
         for handler in self.handlers:
             handler(key)
+
+
+def _group_of(pod: kube.Obj) -> tuple[str, str] | None:
+    """The Kubernetes PodGroup or JobSet a Pod names, whichever decides its gang."""
+    typed = objects.pod(pod)
+    if group := typed.spec.scheduling_group.pod_group_name:
+        return typed.metadata.namespace, f"workload:{group}"
+    if (set_name := typed.metadata.labels.get(jobset.NAME_LABEL)) is not None:
+        return typed.metadata.namespace, f"jobset:{set_name}"
+    return None
 
 
 async def find_workload_version(api: kube.Client) -> str | None:

@@ -1,7 +1,7 @@
 """Gangs: which Pods belong together, how many there must be, and each one's rank (pure).
 
 A gang is a group of Pods that becomes one multi-node Slurm job, all or nothing
-(docs/gangs.md). Five sources say a Pod belongs to one, checked in this order:
+(docs/gangs.md). Six sources say a Pod belongs to one, checked in this order:
 
 - sunk's own label ``<prefix>gang`` (its value names the gang), with the annotation
   ``<prefix>gang-size`` and, optionally, ``<prefix>gang-index`` (the rank);
@@ -12,6 +12,8 @@ A gang is a group of Pods that becomes one multi-node Slurm job, all or nothing
 - a scheduler-plugins PodGroup (label ``scheduling.x-k8s.io/pod-group``; size ``minMember``);
 - a LeaderWorkerSet group (label ``leaderworkerset.sigs.k8s.io/group-key``; size and rank from
   the LWS controller's annotation and labels; the leader is rank 0);
+- a JobSet (label ``jobset.sigs.k8s.io/jobset-name``, :mod:`sunk.plans.jobset`) that runs all
+  at once: every Pod of every replicated job, ranked in the JobSet's order;
 - a batch Job whose ``parallelism`` equals its ``completions`` (more than one), rank from the
   completion index when it is Indexed.
 
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk import objects
-from sunk.plans import workload
+from sunk.plans import jobset, workload
 from sunk.slurm.job import member_id
 
 PODGROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -73,6 +75,10 @@ class Owners:
     workload: Callable[[str, str], workload.Policy | None] = lambda namespace, name: None
     #: Whether those can be known (the API server serves them and they are watched).
     workloads_known: bool = False
+    #: (namespace, name) -> a JobSet's shape.
+    jobset: Callable[[str, str], jobset.Shape | None] = lambda namespace, name: None
+    #: Whether JobSets can be known (their CRD is installed and watched).
+    jobsets_known: bool = False
 
 
 def _job_owner(pod: Mapping[str, Any]) -> str | None:
@@ -86,23 +92,19 @@ def _job_owner(pod: Mapping[str, Any]) -> str | None:
     return None
 
 
-WorkloadPolicies = Callable[[str, str], workload.Policy | None]
+#: Nothing known of any Job, PodGroup or JobSet.
+UNKNOWN = Owners(job=lambda namespace, name: None, podgroup=lambda namespace, name: None)
 
 
-def _unknown(namespace: str, name: str) -> workload.Policy | None:
-    return None
-
-
-def gang_name(pod: Mapping[str, Any], prefix: str,
-              workloads: WorkloadPolicies = _unknown) -> str | None:
-    """The name of the gang ``pod`` may belong to, from its labels, owner and Kubernetes
-    PodGroup alone (a Job's Pods are a gang only if the Job runs them all at once: :func:`claim`
-    says). ``workloads``: the policies of Kubernetes' PodGroups, as known now."""
-    return _gang_name(pod, objects.pod(pod), prefix, workloads)
+def gang_name(pod: Mapping[str, Any], prefix: str, owners: Owners = UNKNOWN) -> str | None:
+    """The name of the gang ``pod`` may belong to, from its labels, owner, Kubernetes
+    PodGroup and JobSet (a Job's Pods are a gang only if the Job runs them all at once:
+    :func:`claim` says). ``owners``: what is known of those now."""
+    return _gang_name(pod, objects.pod(pod), prefix, owners)
 
 
 def _gang_name(pod: Mapping[str, Any], typed: objects.Pod, prefix: str,
-               workloads: WorkloadPolicies) -> str | None:
+               owners: Owners) -> str | None:
     meta = typed.metadata
     labels = meta.labels
     if (name := labels.get(prefix + GANG_LABEL)) is not None:
@@ -110,7 +112,7 @@ def _gang_name(pod: Mapping[str, Any], typed: objects.Pod, prefix: str,
     if kubernetes_group := typed.spec.scheduling_group.pod_group_name:
         # a basic policy asks for no gang: the sources below may still make one (a Job that
         # runs all at once stays a gang when the Job controller gives it a basic PodGroup)
-        known = workloads(meta.namespace, kubernetes_group)
+        known = owners.workload(meta.namespace, kubernetes_group)
         if known is None or known.gang:
             return f"workload:{kubernetes_group}"
     if (group := labels.get(PODGROUP_LABEL)) is not None:
@@ -118,6 +120,11 @@ def _gang_name(pod: Mapping[str, Any], typed: objects.Pod, prefix: str,
     if (key := labels.get(LWS_GROUP_KEY)) is not None:
         lws, index = labels.get(LWS_NAME), labels.get(LWS_GROUP_INDEX)
         return f"lws:{lws}-{index}" if lws and index is not None else f"lws:{key}"
+    if (set_name := labels.get(jobset.NAME_LABEL)) is not None:
+        # not all at once: its Jobs' Pods are scheduled as their Jobs say
+        shape = owners.jobset(meta.namespace, set_name)
+        if shape is None or not shape.not_a_gang:
+            return f"jobset:{set_name}"
     if (job := _job_owner(pod)) is not None:
         return f"job:{job}"
     return None
@@ -127,7 +134,7 @@ def claim(pod: Mapping[str, Any], prefix: str, owners: Owners) -> Claim | None:
     """The gang ``pod`` belongs to, or None if it is scheduled alone."""
     typed = objects.pod(pod)
     meta = typed.metadata
-    name = _gang_name(pod, typed, prefix, owners.workload)
+    name = _gang_name(pod, typed, prefix, owners)
     if name is None:
         return None
     labels, annotations, namespace = meta.labels, meta.annotations, meta.namespace
@@ -147,6 +154,9 @@ def claim(pod: Mapping[str, Any], prefix: str, owners: Owners) -> Claim | None:
                                owners.workloads_known, labels.get(JOB_INDEX))
     if source == "lws":
         return Claim(name, annotations.get(LWS_SIZE), labels.get(LWS_WORKER_INDEX))
+    if source == "jobset":
+        return _jobset_claim(name, ref, owners.jobset(namespace, ref), owners.jobsets_known,
+                             labels)
     shape = owners.job(namespace, ref)
     if shape is None:
         return Claim(name, None, waiting=f"Job {ref} not seen yet")
@@ -168,6 +178,21 @@ def _workload_claim(name: str, group: str, policy: workload.Policy | None, known
     if not policy.gang:
         return None
     return Claim(name, None if policy.min_count is None else str(policy.min_count), rank)
+
+
+def _jobset_claim(name: str, set_name: str, shape: jobset.Shape | None, known: bool,
+                  labels: Mapping[str, str]) -> Claim:
+    """A member of the JobSet ``set_name``, ranked in the JobSet's order."""
+    if shape is None:
+        return Claim(name, None, waiting=f"JobSet {set_name} not seen yet" if known
+                     else "JobSets are not watched (their CRD is not installed)")
+    role, job_index = labels.get(jobset.REPLICATED_JOB_LABEL, ""), labels.get(
+        jobset.JOB_INDEX_LABEL)
+    completion = labels.get(JOB_INDEX, "0")
+    rank = None
+    if job_index is not None and job_index.isdigit() and completion.isdigit():
+        rank = shape.rank(role, int(job_index), int(completion))
+    return Claim(name, str(shape.size), None if rank is None else str(rank))
 
 
 def gang_id(namespace: str, name: str) -> str:

@@ -207,6 +207,8 @@ def test_the_whole_grant_is_exactly_what_the_code_uses(helm: Path) -> None:
         ("ClusterRole", None, "jobs", "watch", None),
         ("ClusterRole", None, "podgroups", "list", None),
         ("ClusterRole", None, "podgroups/status", "patch", None),
+        ("ClusterRole", None, "jobsets", "list", None),
+        ("ClusterRole", None, "jobsets", "watch", None),
         ("ClusterRole", None, "podgroups", "watch", None),
         ("ClusterRole", None, "namespaces", "list", None),
         ("ClusterRole", None, "namespaces", "watch", None),
@@ -236,7 +238,8 @@ def test_without_the_syncer_cluster_wide_it_reads_and_writes_only_podgroup_statu
         helm: Path) -> None:
     objects = render(helm, {"scheduler.components": ["scheduler"]})
     cluster = {(r, v) for k, _, r, v, _ in rules(objects) if k == "ClusterRole"}
-    assert cluster == {(r, v) for r in ("nodes", "namespaces", "pods", "jobs", "podgroups")
+    assert cluster == {(r, v) for r in ("nodes", "namespaces", "pods", "jobs", "podgroups",
+                                        "jobsets")
                        for v in ("list", "watch")} | {("podgroups/status", "patch")}
     assert {(r, v) for _, ns, r, v, _ in rules(objects) if ns == "slurm" and r == "pods"} >= {
         ("pods", "list"), ("pods", "watch")}

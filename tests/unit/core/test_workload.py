@@ -110,8 +110,7 @@ def test_a_basic_podgroup_asks_for_no_gang_and_the_other_sources_still_apply() -
     # one gang, as it was without the API
     assert claim(member("w-0", "g", job="train", index="1"), PREFIX, known) == Claim(
         "job:train", "4", "1")
-    assert gang_name(member("w-0", "g", job="train"), PREFIX,
-                     known.workload) == "job:train"
+    assert gang_name(member("w-0", "g", job="train"), PREFIX, known) == "job:train"
 
 
 def test_sunks_own_label_comes_first() -> None:
@@ -132,7 +131,7 @@ def test_pods_are_filed_again_when_their_podgroup_turns_out_basic() -> None:
     assert index.gang_of(pods[0]) == "ns/workload:g"  # not seen yet: it waits for the group
     assert len(index.pods("ns/workload:g")) == 2
     put(index.workload_informer, BASIC | {"metadata": {"name": "g", "namespace": "ns"}})
-    index._on_workload_podgroup(index.workload_informer.cache["ns/g"])
+    index._on_group("workload", index.workload_informer.cache["ns/g"])
     assert index.pods("ns/workload:g") == []
     assert {p["metadata"]["name"] for p in index.pods("ns/job:train")} == {"w-0", "w-1"}
     assert looked == ["ns/workload:g", "ns/w-0", "ns/w-1"]  # each Pod finds its gang anew
