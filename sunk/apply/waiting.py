@@ -64,7 +64,7 @@ class WaitingWriter:
         look writes it); True: written, or shown already."""
         now = time.monotonic()
         uid = objects.pod(pod).metadata.uid
-        wait = waiting.to_write(self.memory.shown.get(uid), want, now)
+        wait = waiting.to_write(self.memory.shown.get(uid), want, now, time.time())
         if wait is None:
             return True
         if wait > 0:
@@ -80,7 +80,8 @@ class WaitingWriter:
         job = self.cluster.jobs.get(self.cluster.jobs.by_uid.get(uid, 0))
         found = job_waiting(self.cluster, job, time.time()) if job is not None else None
         now = time.monotonic()
-        if found is None or waiting.to_write(self.memory.shown.get(uid), found[0], now) is None:
+        if found is None or waiting.to_write(self.memory.shown.get(uid), found[0], now,
+                                             time.time()) is None:
             return None
         shown = self._shown(pod, found[0], now)
         metrics.child(metrics.CONDITIONS_WRITTEN, shown.waiting.reason).inc()

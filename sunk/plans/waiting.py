@@ -28,6 +28,9 @@ SCHEDULER_ERROR: Final = "SchedulerError"
 
 #: Never more than one write of the condition per Pod in this many seconds.
 MIN_WRITE_INTERVAL: Final = 10.0
+#: A start estimate that moved less than this is not written again (:func:`estimate_tolerance`).
+ESTIMATE_TOLERANCE: Final = 60.0
+_ESTIMATE: Final = "; Slurm expects it to start at "
 #: A job pending for less than this gets no write of its own: most start at once, and the
 #: job id's write (two seconds after the submission) carries the condition of those that wait.
 SHOW_AFTER: Final = 3.0
@@ -114,7 +117,7 @@ def in_slurm(job_id: int, reason: str, start: float | None, nodes: Sequence[str]
     who = f"gang {gang}'s Slurm job {job_id}" if gang else f"Slurm job {job_id}"
     message = f"{who} is pending ({reason or 'None'}): {slurm_reason_in_words(reason)}"
     if start is not None:
-        message += f"; Slurm expects it to start at {_when(start)}"
+        message += f"{_ESTIMATE}{_when(start)}"
         if nodes:
             message += " on " + ", ".join(nodes)
     return Waiting(PENDING, message + ".", nominated=nodes[0] if nodes and start else "",
@@ -173,15 +176,37 @@ def is_ours(message: str) -> bool:
     return bool(_SAID.search(message)) or " waits for its members: " in message
 
 
-def to_write(shown: Shown | None, want: Waiting, now: float) -> float | None:
+def to_write(shown: Shown | None, want: Waiting, now: float, wall: float = 0.0
+             ) -> float | None:
     """0 to write ``want`` now; seconds to wait before it may be written (the last write was
-    too recent); None when the Pod shows it already."""
+    too recent); None when the Pod shows it already, or near enough: only Slurm's start
+    estimate moved, by less than :func:`estimate_tolerance` (``wall``: the time now)."""
     if shown is None:
         return 0.0
-    if (shown.waiting.reason, shown.waiting.message, shown.waiting.nominated) == (
-            want.reason, want.message, want.nominated):
+    old = shown.waiting
+    if (old.reason, old.message, old.nominated) == (want.reason, want.message, want.nominated):
+        return None
+    if _only_the_estimate_moved(old, want, wall):
         return None
     return max(0.0, shown.at + MIN_WRITE_INTERVAL - now)
+
+
+def estimate_tolerance(start: float, wall: float) -> float:
+    """How far Slurm's start estimate may move before it is written again: a minute, or a
+    tenth of the wait left when that is longer. Slurm's backfill moves every queued job's
+    estimate by seconds each time a job ends; writing each move cost a write per waiting Pod
+    per job start."""
+    return max(ESTIMATE_TOLERANCE, 0.1 * (start - wall))
+
+
+def _only_the_estimate_moved(old: Waiting, new: Waiting, wall: float) -> bool:
+    if (old.reason, old.nominated) != (new.reason, new.nominated) or (
+            old.expected_start is None or new.expected_start is None):
+        return False
+    if old.message.split(_ESTIMATE)[0] != new.message.split(_ESTIMATE)[0]:
+        return False
+    return abs(new.expected_start - old.expected_start) < estimate_tolerance(
+        new.expected_start, wall)
 
 
 def condition(want: Waiting, since_wall: float) -> dict[str, Any]:

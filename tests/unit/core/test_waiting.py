@@ -60,6 +60,30 @@ def test_a_condition_is_written_once_per_change_and_not_more_often_than_every_10
     assert waiting.to_write(shown, other, NOW + 10) == 0.0
 
 
+def test_a_start_estimate_that_moved_a_little_is_not_written_again() -> None:
+    wall = NOW
+    shown = waiting.Shown(waiting.in_slurm(1, "Priority", NOW + 600, ["n1"]), at=0.0)
+
+    def moved(to: float, reason: str = "Priority", nodes: tuple[str, ...] = ("n1",)
+              ) -> float | None:
+        """to_write after Slurm's estimate moved to ``to``."""
+        return waiting.to_write(shown, waiting.in_slurm(1, reason, to, list(nodes)), 100.0,
+                                wall)
+
+    assert moved(NOW + 640) is None          # 40 s: under a minute
+    assert moved(NOW + 540) == 0.0           # a minute earlier: written
+    assert moved(NOW + 700) == 0.0           # 100 s, over a tenth of the wait (70 s)
+    assert moved(NOW + 620, "Resources") == 0.0       # another reason
+    assert moved(NOW + 620, nodes=("n2",)) == 0.0     # another planned Node
+    far = waiting.Shown(waiting.in_slurm(1, "Priority", NOW + 36_000, []), at=0.0)
+    # ten hours out: a tenth of the wait (an hour) is the tolerance
+    assert waiting.to_write(far, waiting.in_slurm(1, "Priority", NOW + 36_000 + 3000, []),
+                            100.0, wall) is None
+    assert waiting.to_write(far, waiting.in_slurm(1, "Priority", NOW + 36_000 + 4000, []),
+                            100.0, wall) == 0.0
+    assert waiting.estimate_tolerance(NOW + 30, wall) == waiting.ESTIMATE_TOLERANCE
+
+
 def test_the_condition_is_kube_schedulers() -> None:
     condition = waiting.condition(waiting.unschedulable("policy x: no"), NOW)
     assert condition == {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
