@@ -132,11 +132,9 @@ class GangExecutor:
         for pod in members:
             self.executor.write_job_id_soon(pod, job_id)
         record.job_id = job_id
+        # No Event: the job id's write says it, with the member's PodScheduled condition
+        # (the gang's job and why it waits); the binding's Event is a member's one Event.
         record.note("JobSubmitted", f"Slurm job {job_id} for {len(members)} nodes")
-        for pod, (_, rank) in zip(members, submit.members, strict=True):
-            await self._apply_member(pod, do.PodEvent(
-                "GangSubmitted", f"gang {submit.gang.name}: Slurm job {job_id} asks for "
-                                 f"{len(members)} nodes at once; this Pod is rank {rank}"))
 
     async def _reject(self, reject: do.RejectGang, record: GangRecord,
                       pods: dict[str, kube.Obj]) -> None:
