@@ -2,9 +2,9 @@
 
 Everything comes from package registries through their ordinary clients: the Go module proxy
 (``go``) for etcd, kube-apiserver, kube-controller-manager, kubectl, kwok, helm, the
-LeaderWorkerSet controller and controller-gen (which writes CRDs from Go API types), and Debian's
-archive (``debootstrap``)
-for Slurm. Each artefact is cached under its version, so a second ``up`` builds nothing.
+LeaderWorkerSet and JobSet controllers and controller-gen (which writes CRDs from Go API types),
+and Debian's archive (``debootstrap``) for Slurm. Each artefact is cached under its version, so
+a second ``up`` builds nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ HELM_VERSION = "v3.19.5"
 CONTROLLER_TOOLS_VERSION = "v0.17.3"
 SCHEDULER_PLUGINS_VERSION = "v0.33.5"
 LWS_VERSION = "v0.8.0"
+JOBSET_VERSION = "v0.11.1"
+#: The commit JobSet's tag names (the Go proxy's ``v0.11.1.info``, Origin.Hash): its Makefile
+#: stamps it beside the version.
+JOBSET_COMMIT = "ecaf56ab2dffb6edce074beda10ea092e71f62e5"
 
 #: Debian suite -> the Slurm release it ships (what ``up --slurm-suite`` accepts).
 SLURM_SUITES = {"trixie": "24.11", "sid": "26.05"}
@@ -175,6 +179,8 @@ class Binaries:
     helm: Path
     #: The LeaderWorkerSet controller (its webhooks included): sigs.k8s.io/lws/cmd.
     lws: Path
+    #: The JobSet controller (its webhooks included): sigs.k8s.io/jobset (main.go at its root).
+    jobset: Path
 
 
 def _go_env(work: Path) -> dict[str, str]:
@@ -350,6 +356,15 @@ LWS_SOURCE = GeneratedSource(
     packages=("sigs.k8s.io/lws/api/leaderworkerset/v1", "sigs.k8s.io/lws/pkg/webhooks"),
     generators=("crd:generateEmbeddedObjectMeta=true", "webhook"),
     files=("leaderworkerset.x-k8s.io_leaderworkersets.yaml", "manifests.yaml"))
+#: As JobSet's Makefile (`manifests`) runs controller-gen: ``crd:generateEmbeddedObjectMeta=true``
+#: on its API types (without it the API server prunes the metadata of the Jobs' Pod templates)
+#: and ``webhook`` on its webhook markers (all in pkg/webhooks). Its ``rbac`` output is not
+#: needed: the controller runs with the admin kubeconfig.
+JOBSET_SOURCE = GeneratedSource(
+    name="jobset", module="sigs.k8s.io/jobset", version=JOBSET_VERSION,
+    packages=("sigs.k8s.io/jobset/api/jobset/v1alpha2", "sigs.k8s.io/jobset/pkg/webhooks"),
+    generators=("crd:generateEmbeddedObjectMeta=true", "webhook"),
+    files=("jobset.x-k8s.io_jobsets.yaml", "manifests.yaml"))
 
 
 @dataclass(frozen=True)
@@ -358,6 +373,8 @@ class Manifests:
     crds: list[Path]
     #: LWS's webhook configurations as controller-gen writes them (with a Service reference).
     lws_webhooks: Path
+    #: JobSet's, the same way.
+    jobset_webhooks: Path
 
 
 def _controller_gen(bins: Path, logs: Path) -> Path:
@@ -405,14 +422,16 @@ def _generate(src: GeneratedSource, bins: Path, logs: Path) -> dict[str, Path]:
 
 def build_manifests() -> Manifests:
     """Generate (or find cached) what the test bed installs: scheduler-plugins' PodGroup CRD,
-    LWS's CRD and its webhook configurations."""
+    LWS's and JobSet's CRDs and their webhook configurations."""
     bins = cache_root() / "bin"
     logs = cache_root() / "logs"
     bins.mkdir(parents=True, exist_ok=True)
     podgroup = _generate(PODGROUP_SOURCE, bins, logs)
     lws = _generate(LWS_SOURCE, bins, logs)
-    return Manifests(crds=[*podgroup.values(), lws[LWS_SOURCE.files[0]]],
-                     lws_webhooks=lws["manifests.yaml"])
+    jobset = _generate(JOBSET_SOURCE, bins, logs)
+    return Manifests(crds=[*podgroup.values(), lws[LWS_SOURCE.files[0]],
+                           jobset[JOBSET_SOURCE.files[0]]],
+                     lws_webhooks=lws["manifests.yaml"], jobset_webhooks=jobset["manifests.yaml"])
 
 
 def build_helm() -> Path:
@@ -440,9 +459,17 @@ def build_binaries(release: KubernetesRelease | None = None) -> Binaries:
     lws = _build_main(bins, logs, "lws-controller", "sigs.k8s.io/lws", LWS_VERSION,
                       "sigs.k8s.io/lws/cmd",
                       f"-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion={LWS_VERSION}")
+    jobset = _build_main(bins, logs, "jobset-controller", "sigs.k8s.io/jobset", JOBSET_VERSION,
+                         "sigs.k8s.io/jobset", jobset_ldflags())
     return Binaries(etcd=etcd, kube_apiserver=kubernetes["kube-apiserver"],
                     kube_controller_manager=kubernetes["kube-controller-manager"],
-                    kubectl=kubernetes["kubectl"], kwok=kwok, helm=helm, lws=lws)
+                    kubectl=kubernetes["kubectl"], kwok=kwok, helm=helm, lws=lws, jobset=jobset)
+
+
+def jobset_ldflags() -> str:
+    """What JobSet's Makefile stamps (its ``LD_FLAGS``): the version and the commit."""
+    pkg = "sigs.k8s.io/jobset/pkg/version"
+    return f"-s -w -X {pkg}.GitVersion={JOBSET_VERSION} -X {pkg}.GitCommit={JOBSET_COMMIT}"
 
 
 def debian_mirror() -> str:

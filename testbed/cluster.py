@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import fcntl
 import json
 import os
@@ -239,19 +240,24 @@ def up(*, node_count: int = 8, suite: str = build.DEFAULT_SUITE, kill_wait: int 
         elif existing.kubernetes != release.name:
             say(f"the test bed up in {existing.dir} runs Kubernetes {existing.kubernetes}, "
                 f"not {release.name}; restarting it")
+        elif "jobset-controller" not in existing.pids:
+            say(f"the test bed up in {existing.dir} was started without the JobSet "
+                "controller; restarting it")
         else:
             say(f"test bed already up in {existing.dir}; reusing it")
             return existing
         down()
 
     started = time.monotonic()
-    picked = iter(procs.free_ports(10))
+    picked = iter(procs.free_ports(12))
     ports = {
         "etcd": next(picked),
         "etcd_peer": next(picked),
         "controller_manager": next(picked),
         "lws_webhook": next(picked),
         "lws_health": next(picked),
+        "jobset_webhook": next(picked),
+        "jobset_health": next(picked),
         "apiserver": procs.require_port(apiserver_port, "kube-apiserver")
         if apiserver_port else next(picked),
         "slurmctld": procs.require_port(slurmctld_port, "slurmctld")
@@ -285,6 +291,7 @@ def up(*, node_count: int = 8, suite: str = build.DEFAULT_SUITE, kill_wait: int 
         _install_crds(tb, manifests.crds)
         _start_controller_manager(tb, bins)
         _start_lws(tb, bins, manifests.lws_webhooks)
+        _start_jobset(tb, bins, manifests.jobset_webhooks)
         _create_kubernetes_objects(tb, bins)
         _wait_slurm(tb)
         tb.ready = True
@@ -429,9 +436,10 @@ def _crd_name(crd: Path) -> str:
     return f"{plural}.{group}"
 
 
-#: kube-controller-manager runs these alone: Jobs make their Pods, StatefulSets theirs (the
-#: LeaderWorkerSet controller makes a StatefulSet per group), and the garbage collector deletes
-#: what an owner being deleted leaves (a Job's Pods). No node-lifecycle controller (it would
+#: kube-controller-manager runs these alone: Jobs make their Pods (the JobSet controller makes
+#: a Job per replicated job), StatefulSets theirs (the LeaderWorkerSet controller makes a
+#: StatefulSet per group), and the garbage collector deletes what an owner being deleted leaves
+#: (a Job's Pods, a JobSet's Jobs). No node-lifecycle controller (it would
 #: taint kwok's Nodes), no namespace controller (tests finalize their namespaces). A release
 #: adds its own (build.KubernetesRelease.controllers).
 CONTROLLERS = ("job-controller", "statefulset-controller", "garbage-collector-controller")
@@ -474,22 +482,44 @@ LWS_POD_SELECTOR = {"matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/na
                                           "operator": "Exists"}]}
 
 
-def lws_webhook_configurations(generated: str, *, port: int, ca_bundle: bytes
-                               ) -> list[dict[str, Any]]:
-    """LWS's webhook configurations as controller-gen writes them, pointed at the controller on
-    127.0.0.1 (the test bed has no Service networking): each Service reference becomes
-    ``url: https://127.0.0.1:<port><path>`` with the test bed's CA as the bundle."""
+#: Which Pods JobSet's Pod webhooks see: its kustomize patches
+#: (config/components/webhook/patches/*-patch.yaml) add this selector to its Pod webhooks.
+JOBSET_POD_SELECTOR = {"matchExpressions": [{"key": "jobset.sigs.k8s.io/jobset-name",
+                                             "operator": "Exists"}]}
+
+
+def webhook_configurations(generated: str, *, prefix: str, port: int, ca_bundle: bytes,
+                           pod_selector: dict[str, Any]) -> list[dict[str, Any]]:
+    """A controller's webhook configurations as controller-gen writes them, pointed at the
+    controller on 127.0.0.1 (the test bed has no Service networking): each Service reference
+    becomes ``url: https://127.0.0.1:<port><path>`` with the test bed's CA as the bundle, each
+    configuration's name gets ``prefix`` (controller-gen gives every project the same two
+    names), and each webhook on Pods gets ``pod_selector`` as its objectSelector."""
     configs = [doc for doc in yaml.safe_load_all(generated) if doc]
     bundle = base64.b64encode(ca_bundle).decode()
     for config in configs:
-        config["metadata"]["name"] = f"lws-{config['metadata']['name']}"
+        config["metadata"]["name"] = f"{prefix}-{config['metadata']['name']}"
         for hook in config["webhooks"]:
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}",
                                     "caBundle": bundle}
             if any("pods" in rule.get("resources", []) for rule in hook["rules"]):
-                hook["objectSelector"] = LWS_POD_SELECTOR
+                hook["objectSelector"] = copy.deepcopy(pod_selector)
     return configs
+
+
+def lws_webhook_configurations(generated: str, *, port: int, ca_bundle: bytes
+                               ) -> list[dict[str, Any]]:
+    """LWS's webhook configurations (:func:`webhook_configurations`), named ``lws-...``."""
+    return webhook_configurations(generated, prefix="lws", port=port, ca_bundle=ca_bundle,
+                                  pod_selector=LWS_POD_SELECTOR)
+
+
+def jobset_webhook_configurations(generated: str, *, port: int, ca_bundle: bytes
+                                  ) -> list[dict[str, Any]]:
+    """JobSet's webhook configurations (:func:`webhook_configurations`), named ``jobset-...``."""
+    return webhook_configurations(generated, prefix="jobset", port=port, ca_bundle=ca_bundle,
+                                  pod_selector=JOBSET_POD_SELECTOR)
 
 
 def _start_lws(tb: Testbed, bins: build.Binaries, webhooks: Path) -> None:
@@ -531,6 +561,76 @@ def _start_lws(tb: Testbed, bins: build.Binaries, webhooks: Path) -> None:
 
     procs.wait_for(webhooks_serve, what="the LeaderWorkerSet controller's webhooks", timeout=60,
                    log=tb.log("lws-controller"), pid=tb.pids["lws-controller"])
+
+
+def jobset_home(tb: Testbed) -> Path:
+    """Where the JobSet controller's configuration and serving cert are kept."""
+    return tb.path / "jobset"
+
+
+def jobset_config(tb: Testbed) -> dict[str, Any]:
+    """The JobSet controller's configuration (config.jobset.x-k8s.io/v1alpha1, read strictly):
+    no leader election; its internal cert management off (it would write a Secret for a
+    Service in its namespace) so that its webhooks serve the cert from the test bed's CA in
+    ``certs/``, on 127.0.0.1; no metrics server ("0"); health probes on 127.0.0.1."""
+    return {
+        "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "webhook": {"host": "127.0.0.1", "port": tb.ports["jobset_webhook"],
+                    "certDir": str(jobset_home(tb) / "certs")},
+        "metrics": {"bindAddress": "0"},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{tb.ports['jobset_health']}"},
+    }
+
+
+def jobset_cmd(tb: Testbed, bins: build.Binaries) -> list[str]:
+    """The JobSet controller's command line: the admin kubeconfig (system:masters, so no RBAC
+    to grant) and :func:`jobset_config`'s file; flags would override the file, so none of its
+    settings is given again here."""
+    return [str(bins.jobset), f"--kubeconfig={tb.kubeconfig}",
+            f"--config={jobset_home(tb) / 'config.yaml'}", "--zap-devel=false",
+            "--zap-log-level=info"]
+
+
+#: A JobSet the API server dry-runs to see both JobSet webhooks serve.
+_JOBSET_PROBE = {
+    "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+    "metadata": {"name": "probe", "namespace": "default"},
+    "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": {
+        "template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}}]}}
+
+
+def _start_jobset(tb: Testbed, bins: build.Binaries, webhooks: Path) -> None:
+    """The JobSet controller with its webhooks on 127.0.0.1, as the LeaderWorkerSet controller
+    (:func:`_start_lws`): a serving cert from the test bed's CA, its own cert rotation off."""
+    say("starting the JobSet controller and registering its webhooks")
+    home = jobset_home(tb)
+    pki.webhook_cert(tb.pki, home / "certs", "jobset-webhook")
+    (home / "config.yaml").write_text(json.dumps(jobset_config(tb), indent=2))
+    tb.pids["jobset-controller"] = procs.start(jobset_cmd(tb, bins), tb.log("jobset-controller"))
+    tb.save()
+    health = f"http://127.0.0.1:{tb.ports['jobset_health']}"
+    # Ready once its webhook server listens (its readyz checks that, after the certificates).
+    procs.wait_for(lambda: httpx.get(f"{health}/readyz", timeout=2).status_code == 200,
+                   what="the JobSet controller", timeout=60, log=tb.log("jobset-controller"),
+                   pid=tb.pids["jobset-controller"])
+    configs = jobset_webhook_configurations(webhooks.read_text(),
+                                            port=tb.ports["jobset_webhook"],
+                                            ca_bundle=(tb.pki / "ca.crt").read_bytes())
+    tb.kubectl("create", "-f", "-", input=json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": configs}))
+
+    # Served once the API server's dry run of a JobSet passes both webhooks (the defaulting
+    # one fills in spec.network, which the CRD leaves out).
+    def webhooks_serve() -> bool:
+        with tb.kube() as kube:
+            r = kube.post("/apis/jobset.x-k8s.io/v1alpha2/namespaces/default/jobsets",
+                          params={"dryRun": "All"}, json=_JOBSET_PROBE)
+        return r.status_code == 201 and "network" in r.json()["spec"]
+
+    procs.wait_for(webhooks_serve, what="the JobSet controller's webhooks", timeout=60,
+                   log=tb.log("jobset-controller"), pid=tb.pids["jobset-controller"])
 
 
 def _node_manifest(node: TestbedNode) -> dict[str, Any]:
@@ -800,6 +900,10 @@ def status() -> str:
     if "lws-controller" in tb.pids:
         lines.append(row("lws-controller",
                          f"webhooks https://127.0.0.1:{tb.ports.get('lws_webhook')}"))
+    if "jobset-controller" in tb.pids:
+        lines.append(row("jobset-controller",
+                         f"webhooks https://127.0.0.1:{tb.ports.get('jobset_webhook')}, "
+                         f"health http://127.0.0.1:{tb.ports.get('jobset_health')}"))
     lines.append(row("kwok", f"{tb.node_count} Nodes"))
     lines.append(row("munged", "in chroot"))
     if tb.accounting:

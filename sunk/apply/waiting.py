@@ -9,6 +9,7 @@ a write anyway (its job id, two seconds after the submission), the condition rid
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping
@@ -57,6 +58,9 @@ class WaitingWriter:
         self.kube = kube_port
         self.memory = memory
         self.background = background
+        #: A gang's PodGroup write in flight, by gang key: the next waits for it, so the
+        #: newest lands last (a False written just before a True must not land after it).
+        self._podgroup_writes: dict[str, asyncio.Task[None]] = {}
 
     def show(self, pod: kube.Obj, want: Waiting) -> bool:
         """Write ``want`` on the Pod if it says something new and the Pod was not written in
@@ -100,11 +104,22 @@ class WaitingWriter:
         if record.podgroup_status == said:
             return
         record.podgroup_status = said
-        self.background.fire(self._write_podgroup(group, record, said, status, version,
-                                                  strategic))
+        before = self._podgroup_writes.get(record.key)
+        task = asyncio.create_task(self._write_podgroup(before, group, record, said, status,
+                                                        version, strategic))
+        self._podgroup_writes[record.key] = task
+        task.add_done_callback(lambda done: self._forget_write(record.key, done))
+        self.background.keep(task)
 
-    async def _write_podgroup(self, group: kube.Obj, record: GangRecord, said: dict[str, Any],
+    def _forget_write(self, gang_key: str, done: asyncio.Task[None]) -> None:
+        if self._podgroup_writes.get(gang_key) is done:
+            del self._podgroup_writes[gang_key]
+
+    async def _write_podgroup(self, before: asyncio.Task[None] | None, group: kube.Obj,
+                              record: GangRecord, said: dict[str, Any],
                               status: Mapping[str, Any], version: str, strategic: bool) -> None:
+        if before is not None:
+            await asyncio.wait([before])  # its outcome is its own
         try:
             await self.kube.patch_status("podgroups", version, group, status,
                                          strategic=strategic)

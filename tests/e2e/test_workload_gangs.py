@@ -61,12 +61,17 @@ async def test_a_podgroup_with_a_gang_policy_is_one_gang_and_says_where_it_is(
             await create(kube, manifest)
 
     async def unschedulable() -> None:  # while its job waits in Slurm's queue
+        seen: list[dict[str, Any] | None] = [None]
+
         async def said() -> dict[str, Any] | None:
-            found = condition(await podgroup(kube, namespace, version, "train"))
+            found = seen[0] = condition(await podgroup(kube, namespace, version, "train"))
             return found if found and found["status"] == "False" and (
                 "pending" in found["message"]) else None
 
-        shown = await eventually(said, within=15)
+        try:
+            shown = await eventually(said, within=15)
+        except TimeoutError:
+            raise AssertionError(f"the PodGroup said {seen[0]}") from None
         assert shown["reason"] == "Unschedulable"
         assert shown["message"].startswith("gang workload:train: job ")
 

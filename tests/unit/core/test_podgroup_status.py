@@ -1,12 +1,21 @@
 """A PodGroup's status as sunk keeps it: scheduler-plugins' controller's phases, from the
-group's Pods alone."""
+group's Pods alone; a group's writes land in order."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+from collections.abc import Mapping
+from typing import Any, cast
 
 import pytest
 
+from sunk.apply.background import Background
+from sunk.apply.ports import KubePort
+from sunk.apply.waiting import WaitingWriter
+from sunk.model.cluster import Cluster
+from sunk.model.podmemory import PodMemory
+from sunk.model.state import GangRecord
 from sunk.plans import podgroup
 
 NOW = datetime.datetime(2026, 11, 28, 12, 0, 0, tzinfo=datetime.UTC)
@@ -53,3 +62,35 @@ def test_nothing_to_write_when_it_says_that_already() -> None:
 @pytest.mark.parametrize("final", ["Finished", "Failed"])
 def test_a_final_phase_is_kept_as_its_pods_go(final: str) -> None:
     assert podgroup.status({"phase": final}, 2, [], NOW) is None
+
+
+class SlowFirstWrite:
+    """The API server's status writes, the first held until released: a later write must not
+    land before it."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.landed: list[str] = []
+
+    async def patch_status(self, plural: str, version: str, obj: Any,
+                           status: Mapping[str, Any], *, strategic: bool = False) -> None:
+        if not self.landed and not self.release.is_set():
+            await self.release.wait()
+        self.landed.append(status["phase"])
+
+
+async def test_a_groups_writes_land_in_the_order_they_were_made() -> None:
+    port = SlowFirstWrite()
+    background = Background()
+    writer = WaitingWriter(cast(Cluster, None), cast(KubePort, port), PodMemory(), background)
+    record = GangRecord("ns", "podgroup:pg", 2)
+    group = {"metadata": {"name": "pg", "namespace": "ns", "uid": "u"}}
+    writer.show_podgroup(group, record, {"phase": "Scheduling"})
+    writer.show_podgroup(group, record, {"phase": "Running"})
+    await asyncio.sleep(0.01)
+    assert port.landed == []  # the second waits for the first
+    port.release.set()
+    while background.tasks:
+        await asyncio.gather(*background.tasks)
+    assert port.landed == ["Scheduling", "Running"]
+    assert writer._podgroup_writes == {}

@@ -29,7 +29,7 @@ def _bins(version: str) -> build.Binaries:
         etcd=bin_dir / "etcd", kube_apiserver=bin_dir / f"kube-apiserver-{version}",
         kube_controller_manager=bin_dir / f"kube-controller-manager-{version}",
         kubectl=bin_dir / f"kubectl-{version}", kwok=bin_dir / "kwok", helm=bin_dir / "helm",
-        lws=bin_dir / "lws")
+        lws=bin_dir / "lws", jobset=bin_dir / "jobset")
 
 
 def _flags(cmd: list[str], name: str) -> list[str]:
