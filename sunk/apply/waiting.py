@@ -100,8 +100,8 @@ class WaitingWriter:
         """Write a PodGroup's status (:mod:`sunk.plans.podgroup`, or a Kubernetes PodGroup's
         condition, :mod:`sunk.plans.workload`) unless it was the last written for the gang
         (the watch may not have brought that write back yet); times are not compared."""
-        said = _without_times(status)
-        if record.podgroup_status == said:
+        said = {"uid": objects.custom(group).metadata.uid, **_without_times(status)}
+        if record.podgroup_status == said:  # the same object told the same
             return
         record.podgroup_status = said
         before = self._podgroup_writes.get(record.key)

@@ -50,7 +50,9 @@ class GangReconciler:
         owners = self.cluster.gang_owners()
         pods = [(p, gang.claim(p, self.prefix, owners))
                 for p in self.cluster.gang_pods(str(key))]
-        claimed = [(p, c) for p, c in pods if c is not None]
+        # a Pod filed here whose claim names another gang now (its PodGroup or JobSet was just
+        # seen) is that gang's: filed there again by the index, it is not counted here
+        claimed = [(p, c) for p, c in pods if c is not None and c.name == name]
         live = [(p, c) for p, c in claimed if _live(p)]
         found = gang.assemble(namespace, name, live, max_size=self.settings.gang_max_size)
         # a submit that got no answer may have reached Slurm: its jobs since are read first

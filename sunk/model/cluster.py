@@ -115,7 +115,7 @@ class Cluster:
             decoded=objects.PODS)
         self.namespace_informer = kube.Informer(api, "namespaces")
         #: The Pods by gang, and the batch Jobs and PodGroups a gang's size comes from.
-        self.gang_index = GangIndex(api, settings.annotation_prefix)
+        self.gang_index = GangIndex(api, settings.annotation_prefix, settings.scheduler_name)
         #: Called with a gang's key when its Job or PodGroup changes.
         self.gang_handlers = self.gang_index.handlers
 

@@ -24,9 +24,12 @@ log = logging.getLogger("sunk.gangs")
 
 
 class GangIndex:
-    def __init__(self, api: kube.Client, annotation_prefix: str) -> None:
+    def __init__(self, api: kube.Client, annotation_prefix: str,
+                 scheduler_name: str | None = None) -> None:
         self.api = api
         self.annotation_prefix = annotation_prefix
+        #: A JobSet is a gang only if all its Pods name this scheduler.
+        self.scheduler_name = scheduler_name
         #: What a gang's size comes from: batch Jobs, and PodGroups if their CRD is installed
         #: (not waited for: without it, PodGroup gangs wait and say why).
         self.job_informer = kube.Informer(api, "jobs", version="batch/v1",
@@ -42,7 +45,7 @@ class GangIndex:
         self.workload_version: str | None = None
         #: JobSets, if their CRD is installed (not waited for, as PodGroups).
         self.jobset_informer = kube.Informer(
-            api, "jobsets", version=jobset.VERSION,
+            api, "jobsets", version=jobset.VERSION, trim=jobset.trim,
             handler=lambda _, obj: self._on_group("jobset", obj))
         #: Gang key -> its Pods (that name this scheduler) by key; Pod key -> its gang key.
         self._pods: dict[str, dict[str, kube.Obj]] = {}
@@ -51,6 +54,11 @@ class GangIndex:
         #: key: whether they are its gang depends on the object (a basic policy, a JobSet that
         #: does not run all at once, leave them to the other sources).
         self._in_group: dict[tuple[str, str], dict[str, kube.Obj]] = {}
+        #: Pod key -> the groups it was filed under (so a changed label files it out again).
+        self._groups_named: dict[str, tuple[tuple[str, str], ...]] = {}
+        #: (namespace, group) -> what it said last (a policy, a shape): a change of status
+        #: alone (the JobSet controller's counts, sunk's own condition) files nothing again.
+        self._group_said: dict[tuple[str, str], object] = {}
         #: Called with a gang's key when its Job or PodGroup changes.
         self.handlers: list[Callable[[str], None]] = []
         #: Called with each Pod filed again as its Kubernetes PodGroup or JobSet changes.
@@ -69,14 +77,15 @@ class GangIndex:
         if gang_key is not None and kind != "DELETED":
             self._pods.setdefault(gang_key, {})[key] = pod
             self._gang_of[key] = gang_key
-        if where := _group_of(pod):  # filed again as that changes
-            in_group = self._in_group.setdefault(where, {})
-            if kind == "DELETED":
-                in_group.pop(key, None)
-                if not in_group:
-                    del self._in_group[where]
-            else:
-                in_group[key] = pod
+        for where in self._groups_named.pop(key, ()):  # as it was: it may name others now
+            in_group = self._in_group[where]
+            in_group.pop(key, None)
+            if not in_group:
+                del self._in_group[where]
+        if kind != "DELETED" and (named := _groups_of(pod)):  # filed again as those change
+            self._groups_named[key] = named
+            for where in named:
+                self._in_group.setdefault(where, {})[key] = pod
 
     def gang_of(self, pod: kube.Obj) -> str | None:
         """The key of the gang ``pod`` may belong to (whether it is one is for its claim)."""
@@ -148,7 +157,7 @@ class GangIndex:
 
         def jobset_shape(namespace: str, name: str) -> jobset.Shape | None:
             found = jobsets.get(f"{namespace}/{name}")
-            return jobset.shape(found) if found is not None else None
+            return jobset.shape(found, self.scheduler_name) if found is not None else None
 
         workloads, jobsets = self.workload_informer.cache, self.jobset_informer.cache
         return gang.Owners(job=job, podgroup=podgroup,
@@ -164,8 +173,21 @@ class GangIndex:
         looks again, as each of them does."""
         meta = objects.custom(obj).metadata
         name = f"{source}:{meta.name}"
+        where = (meta.namespace, name)
+        cache = self.workload_informer.cache if source == "workload" else (
+            self.jobset_informer.cache)
+        found = cache.get(meta.key)
+        said = None if found is None else (
+            workload.policy(found) if source == "workload"
+            else jobset.shape(found, self.scheduler_name))
+        if where in self._group_said and self._group_said[where] == said:
+            return
+        if found is None:
+            self._group_said.pop(where, None)
+        else:
+            self._group_said[where] = said
         touched = {str(GangKey(meta.namespace, name))}
-        refiled = list(self._in_group.get((meta.namespace, name), {}).values())
+        refiled = list(self._in_group.get(where, {}).values())
         for pod in refiled:
             if (was := self._gang_of.get(kube.key(pod))) is not None:
                 touched.add(was)
@@ -184,14 +206,15 @@ class GangIndex:
             handler(key)
 
 
-def _group_of(pod: kube.Obj) -> tuple[str, str] | None:
-    """The Kubernetes PodGroup or JobSet a Pod names, whichever decides its gang."""
+def _groups_of(pod: kube.Obj) -> tuple[tuple[str, str], ...]:
+    """The Kubernetes PodGroup and the JobSet a Pod names: either may decide its gang."""
     typed = objects.pod(pod)
+    namespace, named = typed.metadata.namespace, []
     if group := typed.spec.scheduling_group.pod_group_name:
-        return typed.metadata.namespace, f"workload:{group}"
+        named.append((namespace, f"workload:{group}"))
     if (set_name := typed.metadata.labels.get(jobset.NAME_LABEL)) is not None:
-        return typed.metadata.namespace, f"jobset:{set_name}"
-    return None
+        named.append((namespace, f"jobset:{set_name}"))
+    return tuple(named)
 
 
 async def find_workload_version(api: kube.Client) -> str | None:
@@ -200,11 +223,9 @@ async def find_workload_version(api: kube.Client) -> str | None:
     try:
         group = await api.request("GET", f"/apis/{workload.GROUP}")
         served: dict[str, list[str]] = {}
-        for entry in group.get("versions") or ():
-            version = str(entry.get("version") or "")
-            if version in workload.VERSIONS:
-                listing = await api.request("GET", f"/apis/{workload.GROUP}/{version}")
-                served[version] = [str(r.get("name")) for r in listing.get("resources") or ()]
+        for version in workload.served_versions(group):
+            listing = await api.request("GET", f"/apis/{workload.GROUP}/{version}")
+            served[version] = workload.served_resources(listing)
     except kube.KubeError as exc:
         if exc.status != 404:
             log.warning("could not read which versions of %s are served: %s", workload.GROUP,

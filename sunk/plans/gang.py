@@ -188,9 +188,12 @@ def _jobset_claim(name: str, set_name: str, shape: jobset.Shape | None, known: b
                      else "JobSets are not watched (their CRD is not installed)")
     role, job_index = labels.get(jobset.REPLICATED_JOB_LABEL, ""), labels.get(
         jobset.JOB_INDEX_LABEL)
-    completion = labels.get(JOB_INDEX, "0")
+    completion = labels.get(JOB_INDEX)
+    if completion is None and shape.pods_of(role) == 1:
+        completion = "0"  # a Job of one Pod need not be Indexed
     rank = None
-    if job_index is not None and job_index.isdigit() and completion.isdigit():
+    if shape.indexed and job_index is not None and job_index.isdigit() and (
+            completion and completion.isdigit()):
         rank = shape.rank(role, int(job_index), int(completion))
     return Claim(name, str(shape.size), None if rank is None else str(rank))
 

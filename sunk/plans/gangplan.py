@@ -214,6 +214,10 @@ def _without_live_job(f: GangFacts, job: GangJob | None, live: list[MemberFacts]
             # Slurm ended it before it ran (scancel, a time limit): the gang goes too
             return GangPlan(tuple(_all(live, do.DeletePod(
                 f"the gang's {ended} before it started"))))
+    if gang.waiting:
+        # what makes the gang (its PodGroup, JobSet or Job) is not known yet: a Pod bound
+        # may be no member at all (bound alone before a restart), so nothing is deleted
+        return GangPlan(waiting=gang.waiting, recheck_in=5.0)
     if stray := [m for m in live if m.bound]:
         return GangPlan(tuple(_all(stray, do.DeletePod(
             "its gang has no job any more (it ended or Slurm lost it)"))))
@@ -224,8 +228,6 @@ def _without_live_job(f: GangFacts, job: GangJob | None, live: list[MemberFacts]
     if gang.problem:
         return GangPlan(tuple(_all(live, do.PodEvent("GangInvalid", gang.problem,
                                                      warning=True))), waiting=gang.problem)
-    if gang.waiting:
-        return GangPlan(waiting=gang.waiting, recheck_in=5.0)
     if not gang.complete:
         have = f"{len(gang.members)} of {gang.size} members"
         show = waiting.gang_incomplete(gang.name, len(gang.members), gang.size)

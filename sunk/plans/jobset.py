@@ -35,10 +35,16 @@ class Shape:
 
     roles: tuple[Role, ...]
     not_a_gang: str = ""
+    #: Whether every Pod has a completion index (a Job of several Pods that is not Indexed
+    #: has none): without, the gang's Pods are ranked in name order.
+    indexed: bool = True
 
     @property
     def size(self) -> int:
         return sum(role.replicas * role.pods for role in self.roles)
+
+    def pods_of(self, role: str) -> int | None:
+        return next((known.pods for known in self.roles if known.name == role), None)
 
     def rank(self, role: str, job_index: int, completion_index: int) -> int | None:
         """The rank of a Pod of ``role``'s Job ``job_index``; None if it has no such place."""
@@ -58,13 +64,18 @@ def _count(value: Any, default: int | None) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else -1
 
 
-def shape(jobset: Mapping[str, Any]) -> Shape:
-    """The shape of a JobSet as its spec states it (the API server has defaulted it)."""
+def shape(jobset: Mapping[str, Any], scheduler_name: str | None = None) -> Shape:
+    """The shape of a JobSet as its spec states it (the API server has defaulted it);
+    ``scheduler_name``: every Pod of a gang must name this scheduler."""
     spec = jobset.get("spec")
     replicated = spec.get("replicatedJobs") if isinstance(spec, Mapping) else None
     if not isinstance(replicated, list) or not replicated:
         return Shape((), not_a_gang="it lists no replicated jobs")
+    startup = spec.get("startupPolicy") if isinstance(spec, Mapping) else None
+    if isinstance(startup, Mapping) and startup.get("startupPolicyOrder") == "InOrder":
+        return Shape((), not_a_gang="its replicated jobs start in order (startupPolicy InOrder)")
     roles: list[Role] = []
+    indexed = True
     for entry in replicated:
         if not isinstance(entry, Mapping):
             return Shape((), not_a_gang="a replicated job is not an object")
@@ -78,10 +89,45 @@ def shape(jobset: Mapping[str, Any]) -> Shape:
         completions = _count(job_spec.get("completions"),
                              1 if job_spec.get("parallelism") is None else None)
         replicas = _count(entry.get("replicas"), 1)
+        pod_template = job_spec.get("template")
+        pod_spec = pod_template.get("spec") if isinstance(pod_template, Mapping) else None
+        named = pod_spec.get("schedulerName") if isinstance(pod_spec, Mapping) else None
+        if scheduler_name is not None and named != scheduler_name:
+            return Shape((), not_a_gang=f"replicated job {name}'s Pods name another scheduler")
         if parallelism is None or parallelism < 1 or completions != parallelism:
             return Shape((), not_a_gang=f"replicated job {name} does not run its Pods all at "
                                         "once (parallelism differs from completions)")
         if replicas is None or replicas < 0:
             return Shape((), not_a_gang=f"replicated job {name} has no valid replicas")
         roles.append(Role(name, replicas, parallelism))
-    return Shape(tuple(roles))
+        if parallelism > 1 and job_spec.get("completionMode", "Indexed") != "Indexed":
+            indexed = False
+    return Shape(tuple(roles), indexed=indexed)
+
+
+def trim(jobset: dict[str, Any]) -> dict[str, Any]:
+    """What the JobSet cache keeps of a JobSet: its metadata and what :func:`shape` reads (its
+    Pod templates and status stay out: a large JobSet's are most of it)."""
+    meta = jobset.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    spec = jobset.get("spec")
+    if not isinstance(spec, dict):
+        return {"metadata": meta}
+    kept_jobs = []
+    for entry in spec.get("replicatedJobs") or ():
+        if not isinstance(entry, dict):
+            kept_jobs.append(entry)
+            continue
+        template = entry.get("template")
+        job_spec = template.get("spec") if isinstance(template, dict) else None
+        if isinstance(job_spec, dict):
+            pod_template = job_spec.get("template")
+            pod_spec = pod_template.get("spec") if isinstance(pod_template, dict) else None
+            named = pod_spec.get("schedulerName") if isinstance(pod_spec, dict) else None
+            job_spec = {k: job_spec[k] for k in ("parallelism", "completions", "completionMode")
+                        if k in job_spec} | {"template": {"spec": {"schedulerName": named}}}
+        kept_jobs.append({k: entry[k] for k in ("name", "replicas", "dependsOn") if k in entry}
+                         | {"template": {"spec": job_spec}})
+    kept = {k: spec[k] for k in ("startupPolicy",) if k in spec}
+    return {"metadata": meta, "spec": kept | {"replicatedJobs": kept_jobs}}

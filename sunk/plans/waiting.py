@@ -31,6 +31,7 @@ MIN_WRITE_INTERVAL: Final = 10.0
 #: A start estimate that moved less than this is not written again (:func:`estimate_tolerance`).
 ESTIMATE_TOLERANCE: Final = 60.0
 _ESTIMATE: Final = "; Slurm expects it to start at "
+_ESTIMATE_AT: Final = re.compile(re.escape(_ESTIMATE) + r"\S+Z")
 #: A job pending for less than this gets no write of its own: most start at once, and the
 #: job id's write (two seconds after the submission) carries the condition of those that wait.
 SHOW_AFTER: Final = 3.0
@@ -203,8 +204,8 @@ def _only_the_estimate_moved(old: Waiting, new: Waiting, wall: float) -> bool:
     if (old.reason, old.nominated) != (new.reason, new.nominated) or (
             old.expected_start is None or new.expected_start is None):
         return False
-    if old.message.split(_ESTIMATE)[0] != new.message.split(_ESTIMATE)[0]:
-        return False
+    if _ESTIMATE_AT.sub("", old.message) != _ESTIMATE_AT.sub("", new.message):
+        return False  # more changed than the time (the planned Nodes, say)
     return abs(new.expected_start - old.expected_start) < estimate_tolerance(
         new.expected_start, wall)
 

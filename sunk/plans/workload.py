@@ -26,6 +26,21 @@ CONDITION_TYPE: Final = {"v1beta1": "PodGroupInitiallyScheduled",
 SCHEDULED, UNSCHEDULABLE, SCHEDULER_ERROR = "Scheduled", "Unschedulable", "SchedulerError"
 
 
+def served_versions(group: Mapping[str, Any]) -> list[str]:
+    """The versions sunk reads among those an API group's discovery document lists (whatever
+    its shape: an odd one lists none)."""
+    entries = group.get("versions")
+    return [str(e["version"]) for e in entries if isinstance(e, Mapping)
+            and e.get("version") in VERSIONS] if isinstance(entries, list) else []
+
+
+def served_resources(listing: Mapping[str, Any]) -> list[str]:
+    """The resources a group version's discovery document lists."""
+    resources = listing.get("resources")
+    return [str(r.get("name")) for r in resources
+            if isinstance(r, Mapping)] if isinstance(resources, list) else []
+
+
 def choose_version(served: Mapping[str, Collection[str]]) -> str | None:
     """The version to read PodGroups in, from the versions the API server serves of the group
     and the resources each has; None if none of them serves ``podgroups``."""

@@ -163,6 +163,14 @@ def test_no_live_member_means_nothing_to_do() -> None:
         GangPlan())
 
 
+def test_a_bound_pod_of_a_gang_not_known_yet_is_left_alone() -> None:
+    """Its PodGroup, JobSet or Job not seen yet (a restarted scheduler's optional watches are
+    not waited for): a bound Pod may have been bound alone, and is not deleted."""
+    pods = [member(0, bound=True), member(1, bound=True)]
+    plan = plan_gang(facts(gang(size=None, waiting="JobSet train not seen yet"), pods))
+    assert plan == GangPlan(waiting="JobSet train not seen yet", recheck_in=5.0)
+
+
 def test_a_bound_member_without_a_job_is_deleted() -> None:
     pods = [member(0, bound=True), member(1), member(2, bound=True)]
     why = "its gang has no job any more (it ended or Slurm lost it)"

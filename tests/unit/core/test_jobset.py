@@ -109,3 +109,54 @@ def test_a_jobset_that_is_no_gang_leaves_its_pods_to_their_jobs() -> None:
     known = owners(staged, jobs={"staged-a-0": (2, 2)})
     assert gang_name(pod, PREFIX, known) == "job:staged-a-0"
     assert claim(pod, PREFIX, known) == Claim("job:staged-a-0", "2", "0")
+
+
+def test_a_jobset_started_in_order_or_naming_another_scheduler_is_no_gang() -> None:
+    in_order = {"spec": {"startupPolicy": {"startupPolicyOrder": "InOrder"},
+                         "replicatedJobs": [role("a"), role("b")]}}
+    assert "in order" in jobset.shape(in_order).not_a_gang
+    ours = role("w")
+    ours["template"]["spec"]["template"] = {"spec": {"schedulerName": "sunk"}}
+    theirs = role("d")
+    theirs["template"]["spec"]["template"] = {"spec": {"schedulerName": "default-scheduler"}}
+    assert not jobset.shape({"spec": {"replicatedJobs": [ours]}}, "sunk").not_a_gang
+    mixed = jobset.shape({"spec": {"replicatedJobs": [ours, theirs]}}, "sunk")
+    assert "another scheduler" in mixed.not_a_gang
+
+
+def test_pods_of_jobs_that_are_not_indexed_are_ranked_by_name() -> None:
+    workers = role("workers", 1, 3, completionMode="NonIndexed")
+    workers["template"]["spec"]["completionMode"] = "NonIndexed"
+    unindexed = {"metadata": {"name": "train"},
+                 "spec": {"replicatedJobs": [role("driver"), workers]}}
+    known = owners(unindexed)
+    assert not jobset.shape(unindexed).indexed
+    pods = [member("driver-0", "driver", 0, 0)] + [
+        member(f"w-{i}", "workers", 0, None) for i in range(3)]
+    claims = [claim(p, PREFIX, known) for p in pods]
+    assert {c.rank for c in claims if c is not None} == {None}  # no collision: name order
+    gang = assemble("ns", "jobset:train", [(p, c) for p, c in zip(pods, claims, strict=True)
+                                           if c is not None], max_size=64)
+    assert gang.complete
+
+
+def test_the_cache_keeps_only_what_the_shape_reads() -> None:
+    big = {"metadata": {"name": "train", "namespace": "ns", "managedFields": [{}]},
+           "spec": {"startupPolicy": {"startupPolicyOrder": "AnyOrder"},
+                    "network": {"enableDNSHostnames": True},
+                    "replicatedJobs": [{
+                        "name": "w", "replicas": 2, "groupName": "g",
+                        "template": {"metadata": {"labels": {"a": "b"}}, "spec": {
+                            "parallelism": 4, "completions": 4, "completionMode": "Indexed",
+                            "backoffLimit": 3, "template": {"spec": {
+                                "schedulerName": "sunk", "containers": [{"name": "c"}]}}}}}]},
+           "status": {"replicatedJobsStatus": []}}
+    kept = jobset.trim(big)
+    assert kept == {
+        "metadata": {"name": "train", "namespace": "ns"},
+        "spec": {"startupPolicy": {"startupPolicyOrder": "AnyOrder"}, "replicatedJobs": [{
+            "name": "w", "replicas": 2, "template": {"spec": {
+                "parallelism": 4, "completions": 4, "completionMode": "Indexed",
+                "template": {"spec": {"schedulerName": "sunk"}}}}}]}}
+    assert jobset.shape(kept, "sunk") == jobset.shape(big, "sunk")
+    assert jobset.trim({"metadata": {"name": "x"}, "spec": None}) == {"metadata": {"name": "x"}}

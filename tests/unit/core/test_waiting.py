@@ -75,6 +75,7 @@ def test_a_start_estimate_that_moved_a_little_is_not_written_again() -> None:
     assert moved(NOW + 700) == 0.0           # 100 s, over a tenth of the wait (70 s)
     assert moved(NOW + 620, "Resources") == 0.0       # another reason
     assert moved(NOW + 620, nodes=("n2",)) == 0.0     # another planned Node
+    assert moved(NOW + 620, nodes=("n1", "n3")) == 0.0  # more planned Nodes, the first kept
     far = waiting.Shown(waiting.in_slurm(1, "Priority", NOW + 36_000, []), at=0.0)
     # ten hours out: a tenth of the wait (an hour) is the tolerance
     assert waiting.to_write(far, waiting.in_slurm(1, "Priority", NOW + 36_000 + 3000, []),

@@ -174,3 +174,39 @@ def test_the_condition_is_written_only_when_it_changes_and_never_turned_back() -
     assert placed is not None and placed["lastTransitionTime"] == "2026-11-28T12:02:00Z"
     # placed once: a member deleted later does not turn it back
     assert condition(bound=3, waiting="binding every member", current=[placed]) is None
+
+
+def test_a_pod_whose_group_label_changed_is_not_filed_again_under_the_old_group() -> None:
+    index = GangIndex(api=None, annotation_prefix=PREFIX)  # type: ignore[arg-type]
+    seen: list[str] = []
+    index.pod_handlers.append(lambda kind, pod: seen.append(kube.key(pod)))
+    pod = member("w-0", "old")
+    index.observe("ADDED", pod)
+    moved = member("w-0", "new")
+    index.observe("MODIFIED", moved)
+    index.observe("DELETED", moved)
+    assert index._in_group == {} and index._groups_named == {}
+    put(index.workload_informer, BASIC | {"metadata": {"name": "old", "namespace": "ns"}})
+    index._on_group("workload", index.workload_informer.cache["ns/old"])
+    assert seen == [] and index.pods("ns/workload:old") == []  # no ghost of the deleted Pod
+
+
+def test_a_status_change_of_a_group_files_nothing_again() -> None:
+    index = GangIndex(api=None, annotation_prefix=PREFIX)  # type: ignore[arg-type]
+    looked: list[str] = []
+    index.handlers.append(looked.append)
+    index.observe("ADDED", member("w-0", "g"))
+    group = PODGROUP_137 | {"metadata": {"name": "g", "namespace": "ns"}}
+    put(index.workload_informer, group)
+    index._on_group("workload", index.workload_informer.cache["ns/g"])
+    assert looked == ["ns/workload:g"]
+    put(index.workload_informer, group | {"status": {"conditions": [{"type": "X"}]}})
+    index._on_group("workload", index.workload_informer.cache["ns/g"])
+    assert looked == ["ns/workload:g"]  # the same policy: nothing to look at again
+
+
+@pytest.mark.parametrize("group", [{"versions": "v1beta1"}, {"versions": [None, 3]}, {}])
+def test_an_odd_discovery_document_lists_no_version(group: dict[str, Any]) -> None:
+    assert workload.served_versions(group) == []
+    assert workload.served_resources({"resources": [None, {"name": "podgroups"}]}) == [
+        "podgroups"]
