@@ -59,7 +59,10 @@ def slurm_conf(*, host: str, nodes: list[TestbedNode], ports: SlurmPorts,
         "TaskPlugin=task/none",
         "SlurmdParameters=config_overrides",
         "SchedulerType=sched/backfill",
-        "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0",
+        # Heterogeneous jobs (a gang whose members differ) start only in a backfill cycle:
+        # every 2 s here (the default is 30 s), and as soon as every component can.
+        "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=2,"
+        "bf_hetjob_immediate",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_CPU_Memory",
         # Without it a job that names no memory takes all of the node's.

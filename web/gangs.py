@@ -46,7 +46,7 @@ def _gang_row(rec: GangRecord, jobs: Mapping[int, Job]) -> GangRow:
         namespace, _, name = m.key.partition("/")
         members.append(GangMemberView(namespace=namespace, name=name, rank=m.rank,
                                       slurm_node=m.slurm_node, k8s_node=m.k8s_node,
-                                      phase=m.phase))
+                                      phase=m.phase, component=m.component))
     last = rec.history[-1] if rec.history else None
     # the gang's job description is not kept: only Slurm's record of the job says
     account, qos = account_and_qos(jobs.get(rec.job_id) if rec.job_id is not None else None)
@@ -55,7 +55,8 @@ def _gang_row(rec: GangRecord, jobs: Mapping[int, Job]) -> GangRow:
         members=members, bound=sum(bool(m.k8s_node) for m in members), job_id=rec.job_id,
         job_state=rec.job_state, waiting=rec.waiting, problem=rec.problem,
         last_transition=f"{last.what}: {last.detail}" if last and last.detail else
-        (last.what if last else ""), account=account, qos=qos)
+        (last.what if last else ""), account=account, qos=qos,
+        components=len({m.component for m in members if m.component is not None}))
 
 
 def gangs(scheduler: SchedulerView) -> GangList:

@@ -142,6 +142,8 @@ class GangMemberView:
     slurm_node: str
     k8s_node: str
     phase: str
+    #: Its component of the gang's heterogeneous job (None: the job is of one shape).
+    component: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +170,8 @@ class GangRow:
     #: The Slurm account and QOS of its job, from Slurm's record of it ("" while not read).
     account: str = ""
     qos: str = ""
+    #: The components of its heterogeneous job (0: its job is of one shape).
+    components: int = 0
 
 
 @dataclass(frozen=True, slots=True)

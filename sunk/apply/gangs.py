@@ -119,7 +119,8 @@ class GangExecutor:
         would repeat rejects the gang; any other failure is retried."""
         members = [pods[key] for key, _ in submit.members]
         try:
-            job_id = await self.executor.submitter.submit(submit.gang.uid, dict(submit.job))
+            job_id = await self.executor.submitter.submit(
+                submit.gang.uid, dict(submit.job), tuple(dict(c) for c in submit.components))
         except SlurmError as exc:
             if not exc.permanent:
                 raise

@@ -67,7 +67,8 @@ class KubePort(Protocol):
 
 
 class SlurmPort(Protocol):
-    async def submit(self, job: dict[str, Any]) -> int: ...
+    async def submit(self, job: dict[str, Any],
+                     components: tuple[dict[str, Any], ...] = ()) -> int: ...
 
     async def cancel(self, job_id: int) -> None: ...
 

@@ -51,24 +51,32 @@ class Submitter:
         #: Told of every job read from Slurm and every submission.
         self.jobs = jobs
 
-    async def submit(self, uid: str, job: dict[str, Any]) -> int:
-        """Submit the job of the Pod (or gang) ``uid``, with its hook credential; its job id."""
+    async def submit(self, uid: str, job: dict[str, Any],
+                     components: tuple[dict[str, Any], ...] = ()) -> int:
+        """Submit the job of the Pod (or gang) ``uid``, with its hook credential; its job id.
+        ``components``: the rest of a gang's heterogeneous job (each runs the placeholder's
+        script too, so each carries the credential)."""
         credential = self.credential(uid)
-        job = {**job, "environment": [*job["environment"], f"SUNK_JOB_TOKEN={credential}"]}
+
+        def credited(job: dict[str, Any]) -> dict[str, Any]:
+            return {**job, "environment": [*job["environment"],
+                                           f"SUNK_JOB_TOKEN={credential}"]}
         try:
-            job_id = await self._submit_once(uid, job)
+            job_id = await self._submit_once(uid, credited(job),
+                                             tuple(credited(c) for c in components))
         except SlurmError:
             metrics.SUBMIT_ERRORS.inc()
             raise
         metrics.JOBS_SUBMITTED.inc()
         return job_id
 
-    async def _submit_once(self, uid: str, job: dict[str, Any]) -> int:
+    async def _submit_once(self, uid: str, job: dict[str, Any],
+                           components: tuple[dict[str, Any], ...]) -> int:
         """Submit; a failure that may have reached Slurm is told as unanswered."""
         newest = self.cluster.jobs.newest_id()
         sent = time.monotonic()
         try:
-            job_id = await self.slurm.submit(job)
+            job_id = await self.slurm.submit(job, components)
         except SlurmError as exc:
             if not exc.permanent:  # it may have reached Slurm: look before submitting again
                 self.jobs.submit_unanswered(uid, newest)
@@ -77,5 +85,6 @@ class Submitter:
         # the newest submission is the Pod's job
         self.jobs.submitted(uid, Job(job_id=job_id, name=job["name"], state="PENDING",
                                 extra=job["extra"], nodes="", reason="", raw={},
-                                admin_comment=job["admin_comment"]), sent)
+                                admin_comment=job["admin_comment"],
+                                het_job_id=job_id if components else 0), sent)
         return job_id

@@ -18,7 +18,7 @@ from sunk.model.cluster import Cluster
 from sunk.model.slurmwatch import SlurmWatch
 from sunk.model.state import GangMember, GangRecord
 from sunk.plans import actions as do
-from sunk.plans import gang, gangplan, podgroup, podplan, workload
+from sunk.plans import gang, gangplan, hetjob, podgroup, podplan, workload
 from sunk.plans.decide import JobView
 from sunk.plans.keys import GangKey
 from sunk.plans.translate import TranslateSettings
@@ -89,8 +89,11 @@ class GangReconciler:
         gang_job = None
         if job is not None and job.owner is not None and job.owner.uid == found.id:
             view = JobView.of(job)
-            nodes = tuple(expand_hostlist(job.nodes)) if job.nodes else ()
-            gang_job = gangplan.GangJob(job.job_id, view, job.owner.members, nodes)
+            nodes = hetjob.ranked_nodes([expand_hostlist(c) for c in job.components] if
+                                        job.components else [expand_hostlist(job.nodes)],
+                                        job.owner.parts)
+            gang_job = gangplan.GangJob(job.job_id, view, job.owner.members, nodes,
+                                        job.owner.parts)
         started_for = None
         if gang_job is not None and gang_job.view.started:  # since sunk heard it start
             started = self.cluster.jobs.started_at.get(gang_job.job_id)
@@ -133,7 +136,10 @@ class GangReconciler:
                 break
         who = PodIdentity(found.namespace, found.name, found.id,
                           self.settings.scheduler_name, tuple(m.id for m in found.members))
-        return gangplan.plan_gang_submission(found, who, members, self.cluster.snapshot())
+        shape = hetjob.shape_of([objects.pod(pods[m.key]).metadata.annotations.get(
+            self.prefix + hetjob.SHAPE_ANNOTATION) for m in found.members])
+        return gangplan.plan_gang_submission(found, who, members, self.cluster.snapshot(),
+                                             shape)
 
     async def _member_submission(self, pod: kube.Obj, *, first_try: bool
                                  ) -> tuple[do.PodAction, ...]:
@@ -198,13 +204,15 @@ class GangReconciler:
         if facts.job is not None:
             record.job_id, record.job_state = facts.job.job_id, facts.job.view.state
         nodes = dict(zip(facts.job.members, facts.job.nodes, strict=False)) if facts.job else {}
+        parts = dict(zip(facts.job.members, facts.job.parts, strict=False)) if facts.job else {}
         record.members = []
         for member in found.members:
             pod = self.cluster.pod(member.key)
             typed = objects.pod(pod) if pod is not None else objects.Pod()
             node, phase = typed.spec.node_name, typed.status.phase
             record.members.append(GangMember(member.key, member.rank,
-                                             nodes.get(member.id, ""), node, phase))
+                                             nodes.get(member.id, ""), node, phase,
+                                             parts.get(member.id)))
             state.gang_of[member.key] = found.key
             if pod is not None:  # its line on the Pods page
                 line = self.executor.record(pod)

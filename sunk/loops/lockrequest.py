@@ -67,7 +67,7 @@ class LockRequestCheck:
         # A placeholder of another sunk scheduler sharing this Slurm cluster: its Pods, bound
         # once the lock is taken, are Slurm's too, not Pods for the lock to clear. One of ours
         # keeps the nodes Slurm gave it.
-        self.watch.lock_checked(job_id, job)
+        self.watch.lock_checked(job.job_id, job)  # a component's: its leader's
 
     async def _read_job(self, job_id: int, *, join: bool = True) -> tuple[Job | None, bool]:
         """The job as Slurm has it now, one read for the lock requests that ask at once (a

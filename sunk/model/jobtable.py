@@ -162,8 +162,8 @@ class JobTable:
         """The Pod ``job`` is for, if this scheduler submitted it (an impostor is logged once:
         a write, hence not in :class:`JobsView`)."""
         who = job.owner
-        if who is None or who.scheduler != self.scheduler_name:
-            return None
+        if who is None or who.scheduler != self.scheduler_name or job.component:
+            return None  # a heterogeneous job's component is followed through its leader
         if job.admin_comment != admin_comment(who):
             if job.job_id not in self._impostors:
                 self._impostors.add(job.job_id)
@@ -278,7 +278,8 @@ class JobTable:
         it allocated: running there, its script started (None: not known well enough; read
         it)."""
         job, nodes = self.jobs.get(job_id), self.allocated.get(job_id)
-        if job is None or nodes is None or job.finished or job.owner is None:
+        if job is None or nodes is None or job.finished or job.owner is None or (
+                job.owner.parts):  # a heterogeneous job: its components' nodes are read
             return None
         if job.started:
             return job

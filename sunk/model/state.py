@@ -110,6 +110,8 @@ class GangMember:
     slurm_node: str = ""
     k8s_node: str = ""
     phase: str = "Pending"
+    #: Its component of the gang's heterogeneous job (None: the job is of one shape).
+    component: int | None = None
 
 
 @dataclass

@@ -144,11 +144,13 @@ PodAction = (PodEvent | ReportIgnored | Annotate | Submit | Reject | Reserve | B
 @dataclass(frozen=True)
 class SubmitGang:
     """Submit the gang's one job; its id goes onto every member. ``members``: each member's
-    Pod key and rank, in rank order."""
+    Pod key and rank, in rank order. ``components``: the rest of a heterogeneous job, whose
+    first component is ``job`` (:mod:`sunk.plans.hetjob`)."""
 
     gang: PodIdentity
     job: Mapping[str, Any]
     members: tuple[tuple[str, int], ...]
+    components: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)

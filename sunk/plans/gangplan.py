@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sunk.plans import actions as do
-from sunk.plans import placement, waiting
+from sunk.plans import hetjob, placement, waiting
 from sunk.plans.decide import JobView
 from sunk.plans.gang import NODE_ANNOTATION, RANK_ANNOTATION, TERMINAL, Gang
-from sunk.plans.translate import NoRoom, Unschedulable, gang_job_description
+from sunk.plans.translate import NoRoom, Unschedulable
 from sunk.plans.waiting import Waiting
 from sunk.slurm.job import PodIdentity
 
@@ -54,9 +54,11 @@ class GangJob:
 
     job_id: int
     view: JobView
-    #: Its members' ids in rank order, and its nodes in Slurm's order (expanded).
+    #: Its members' ids in rank order, and each one's node (expanded; rank r's is the r-th).
     members: tuple[str, ...]
     nodes: tuple[str, ...] = ()
+    #: Each member's component of a heterogeneous job, in rank order (() for one shape).
+    parts: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -257,10 +259,12 @@ class MemberSubmission:
 
 
 def plan_gang_submission(gang: Gang, who: PodIdentity, members: list[MemberSubmission],
-                         snapshot: placement.Snapshot) -> tuple[Step, ...]:
+                         snapshot: placement.Snapshot, shape: str = hetjob.EXACT
+                         ) -> tuple[Step, ...]:
     """The gang's job, all or nothing: each member's warnings on that member, then the job of
-    every member's description (:func:`gang_job_description`), or the first member's refusal
-    for the whole gang, or a wait. ``members`` may stop at the first that cannot submit."""
+    every member's description (:func:`hetjob.gang_jobs`: one job, or a heterogeneous one as
+    ``shape`` allows), or the first member's refusal for the whole gang, or a wait.
+    ``members`` may stop at the first that cannot submit."""
     steps: list[Step] = []
     descriptions: list[dict[str, Any]] = []
     for member in members:
@@ -274,13 +278,16 @@ def plan_gang_submission(gang: Gang, who: PodIdentity, members: list[MemberSubmi
             case do.RetryLater(why, room):
                 return (*steps, (None, do.RetryLater(f"member {member.name}: {why}", room)))
     try:
-        job = gang_job_description(descriptions, who, snapshot)
+        made = hetjob.gang_jobs(descriptions, who, snapshot, shape)
     except Unschedulable as exc:
         return (*steps, _reject(gang, exc.reason, str(exc)))
     except NoRoom as exc:
         return (*steps, (None, do.RetryLater(str(exc), room=True)))
-    return (*steps, (None, do.SubmitGang(who, job, tuple((m.key, m.rank)
-                                                          for m in gang.members))))
+    if made.fallback:
+        steps += [(m.key, do.PodEvent("GangShapeLargest", made.fallback)) for m in members]
+    first, *rest = made.jobs
+    return (*steps, (None, do.SubmitGang(made.who, first, tuple(
+        (m.key, m.rank) for m in gang.members), tuple(rest))))
 
 
 def _reject(gang: Gang, reason: str, message: str) -> Step:

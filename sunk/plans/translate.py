@@ -26,7 +26,7 @@ _LIST_FIELDS = ("excluded_nodes", "required_nodes")
 POD_ANNOTATIONS = ("account", "comment", "constraints", "exclusive", "excluded-nodes",
                    "required-nodes", "partition", "prefer", "priority", "qos", "reservation",
                    "user-id", "group-id", "current-working-dir", "timeout", "segment", "gang",
-                   "gang-size", "gang-index")
+                   "gang-size", "gang-index", "gang-shape")
 #: What the scheduler and syncer write themselves (docs/security.md).
 OWNED_ANNOTATIONS = ("job-id", "rejected", "pod-uid", "lock", "slurm-state", "slurm-reason",
                      "leader", "gang-rank", "gang-node")
@@ -256,10 +256,8 @@ def gang_job_description(members: list[dict[str, Any]], gang: PodIdentity,
         raise Unschedulable("PlacementConflict",
                             f"one member requires node(s) {', '.join(sorted(conflict))} that "
                             "another member cannot use")
+    check_gang_size(count, snap)
     known = _known_nodes(snap)
-    if known and len(known) < count:
-        raise Unschedulable("GangTooLarge", f"the gang needs {count} nodes; Slurm has "
-                                            f"{len(known)}")
     usable = set(known) - set(excluded)
     if known and len(usable) < count:
         raise NoRoom(f"the gang needs {count} nodes; only {len(usable)} can take every member "
@@ -269,3 +267,11 @@ def gang_job_description(members: list[dict[str, Any]], gang: PodIdentity,
     if required:
         job["required_nodes"] = required
     return job
+
+
+def check_gang_size(count: int, snap: placement.Snapshot) -> None:
+    """Raise Unschedulable if Slurm has fewer nodes than a gang of ``count`` needs (one each)."""
+    known = _known_nodes(snap)
+    if known and len(known) < count:
+        raise Unschedulable("GangTooLarge", f"the gang needs {count} nodes; Slurm has "
+                                            f"{len(known)}")

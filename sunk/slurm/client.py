@@ -32,8 +32,23 @@ _encode = msgspec.json.Encoder().encode
 class _JobState(msgspec.Struct, gc=False):
     """Not tracked by the garbage collector: a poll makes one per job in the cluster."""
 
-    job_id: int
+    #: A number, or a heterogeneous job component's ``"<id>+<offset>"``.
+    job_id: int | str
     state: tuple[str, ...] = ()
+
+
+def _leader_id(job_id: object) -> int | None:
+    """A job id as ``/jobs/state/`` writes it: a number (or its text) is the job's; a
+    heterogeneous job's component is ``"<its own id>+<offset>"``, followed through its leader
+    (offset 0, which is the job's id): None for the others."""
+    if isinstance(job_id, bool) or not isinstance(job_id, int | str):
+        raise ValueError(f"job id {job_id!r}")
+    with contextlib.suppress(ValueError):
+        return int(job_id)
+    own, plus, offset = str(job_id).partition("+")
+    if plus and offset.strip() != "0":
+        return None
+    return int(own)
 
 
 class _JobStates(msgspec.Struct):
@@ -80,16 +95,19 @@ def _typed(r: http.Answer, decode: Callable[[bytes | bytearray], _Listing]) -> _
 
 
 def _readable(records: list[dict[str, Any]]) -> list[Job]:
-    """The jobs of a listing; a record without a usable job id is skipped (and logged), not
-    a reason to fail adopting every other job."""
-    jobs = []
+    """The jobs of a listing, a heterogeneous job as its leader (:meth:`Job.from_listing`); a
+    record without a usable job id is skipped (and logged), not a reason to fail adopting
+    every other job."""
+    usable = []
     for raw in records:
         try:
-            jobs.append(Job.from_api(raw))
+            Job.from_api(raw)
         except (KeyError, TypeError, ValueError):
             log.warning("skipping a job record slurmrestd listed without a usable job_id: %.200r",
                         raw)
-    return jobs
+            continue
+        usable.append(raw)
+    return Job.from_listing(usable)
 
 
 #: The error number slurmrestd gives a cancel that never reached slurmctld, or whose answer
@@ -189,26 +207,42 @@ class SlurmClient:
                     json: dict[str, Any] | None = None) -> dict[str, Any]:
         return self._checked(method, path, await self._request(method, path, call, json))
 
-    async def submit(self, job: dict[str, Any]) -> int:
-        body = await self._call("POST", "/job/submit", "POST /job/submit", json={"job": job})
+    async def submit(self, job: dict[str, Any],
+                     components: tuple[dict[str, Any], ...] = ()) -> int:
+        """Submit a job; with ``components``, one heterogeneous job of ``job`` and them (its
+        id is its leader's, ``job``'s)."""
+        body = await self._call("POST", "/job/submit", "POST /job/submit",
+                                json={"jobs": [job, *components]} if components
+                                else {"job": job})
         return int(body["job_id"])
 
     async def job(self, job_id: int) -> Job | None:
         """One job, or None if Slurm no longer knows it. Read into a typed record, as the full
         listing is: the answer is about 18 kB, and a prolog's lock reads one for every job
-        (as dicts, about 0.3 ms of CPU)."""
+        (as dicts, about 0.3 ms of CPU). A heterogeneous job's component is read as its
+        leader, with every component's nodes (Slurm answers a leader with all of them)."""
+        records = await self._job_records(job_id)
+        if not records:
+            return None
+        first = Job.from_api(records[0])
+        if first.component:
+            records = await self._job_records(first.het_job_id)
+        jobs = Job.from_listing(records)
+        return jobs[0] if jobs else None
+
+    async def _job_records(self, job_id: int) -> list[dict[str, Any]]:
         path = f"/job/{job_id}"
         try:
             r = await self._request("GET", path, "GET /job/{id}")
             if (listing := _typed(r, _decode_listing)) is not None:
-                records = [_record(j) for j in listing.jobs[:1]]
-            else:  # an error (raised here), or a record with something odd in it
-                records = self._checked("GET", path, r).get("jobs") or []
+                return [_record(j) for j in listing.jobs]
+            # an error (raised here), or a record with something odd in it
+            records = self._checked("GET", path, r).get("jobs") or []
         except SlurmError as exc:
             if exc.status == 404 or "Invalid job id" in str(exc):
-                return None
+                return []
             raise
-        return Job.from_api(records[0]) if records else None
+        return [j for j in records if isinstance(j, dict)]
 
     async def all_jobs(self) -> list[Job]:
         """Every job Slurm knows, in full (about 18 kB each): for start-up only."""
@@ -223,15 +257,21 @@ class SlurmClient:
         records (no dict per job: the listing is every job in the cluster, every poll); a
         listing with anything odd in it is read field by field instead, skipping what is odd."""
         r = await self._request("GET", "/jobs/state/", "GET /jobs/state/")
-        if (listing := _typed(r, _decode_states)) is not None:
-            return {j.job_id: j.state[0] if j.state else "UNKNOWN" for j in listing.jobs}
-        body = self._checked("GET", "/jobs/state/", r)
         states: dict[int, str] = {}
+        if (listing := _typed(r, _decode_states)) is not None:
+            with contextlib.suppress(ValueError):  # an odd id: read field by field, below
+                for state in listing.jobs:
+                    if (job_id := _leader_id(state.job_id)) is not None:
+                        states[job_id] = state.state[0] if state.state else "UNKNOWN"
+                return states
+            states.clear()
+        body = self._checked("GET", "/jobs/state/", r)
         for j in body.get("jobs") or []:
             if not isinstance(j, dict):
                 continue  # a listing that says something odd must not stop the poll
             with contextlib.suppress(KeyError, TypeError, ValueError):
-                states[int(j["job_id"])] = (j.get("state") or ["UNKNOWN"])[0]
+                if (job_id := _leader_id(j["job_id"])) is not None:
+                    states[job_id] = (j.get("state") or ["UNKNOWN"])[0]
         return states
 
     async def cancel(self, job_id: int) -> None:

@@ -15,7 +15,8 @@ from typing import Any
 
 _EXTRA = re.compile(r"^sunk-(?P<kind>pod|gang)=(?P<ns>[^/\s]+)/(?P<name>[^\s]+)"
                     r" uid=(?P<uid>[0-9a-fA-F-]+) scheduler=(?P<scheduler>[^\s:]+)"
-                    r"(?: members=(?P<members>[0-9a-f]{12}(?:,[0-9a-f]{12})*))?(?=\s*$|:)")
+                    r"(?: members=(?P<members>[0-9a-f]{12}(?:,[0-9a-f]{12})*))?"
+                    r"(?: parts=(?P<parts>[0-9]{1,3}(?:,[0-9]{1,3})*))?(?=\s*$|:)")
 #: A job Slurm requeued held after its launch failed (a prolog failure), as slurmrestd
 #: describes it (``state_description``), and the reason sunk (and scontrol) gives it.
 LAUNCH_FAILED_DESCRIPTION = "launch failed requeued held"
@@ -28,7 +29,8 @@ SHOWN_FIELDS = (
     "end_time", "tres_req_str", "tres_alloc_str", "comment", "extra", "exit_code",
     "scheduled_nodes")
 #: Every field of slurmrestd's record that :meth:`Job.from_api` reads.
-READ_FIELDS = (*SHOWN_FIELDS, "state_description", "admin_comment")
+READ_FIELDS = (*SHOWN_FIELDS, "state_description", "admin_comment", "het_job_id",
+               "het_job_offset")
 #: What the placeholder appends to ``extra`` when its script starts.
 STARTED = ": started"
 #: Slurm job states after which the job holds nothing.
@@ -49,13 +51,17 @@ class PodIdentity:
 
     A gang's job (:mod:`sunk.plans.gang`) names the gang instead: ``name`` is the gang's name (it
     has a ``:``, which no Pod name has), ``uid`` the gang's id, and ``members`` its Pods'
-    :func:`member_id` in rank order (rank r runs on the r-th node of the job)."""
+    :func:`member_id` in rank order (rank r runs on the r-th node of the job). A gang whose
+    members differ in shape runs as one heterogeneous job (:mod:`sunk.plans.hetjob`):
+    ``parts`` then gives each member's component, in rank order (rank r runs on the next node
+    of its component)."""
 
     namespace: str
     name: str
     uid: str
     scheduler: str
     members: tuple[str, ...] = ()
+    parts: tuple[int, ...] = ()
 
     @property
     def key(self) -> str:
@@ -69,8 +75,9 @@ class PodIdentity:
 def job_extra(pod: PodIdentity) -> str:
     """The job's ``extra``: who the job is for. The placeholder appends ``: started``."""
     if pod.gang:
+        parts = f" parts={','.join(map(str, pod.parts))}" if pod.parts else ""
         return (f"sunk-gang={pod.namespace}/{pod.name} uid={pod.uid} scheduler={pod.scheduler}"
-                f" members={','.join(pod.members)}")
+                f" members={','.join(pod.members)}{parts}")
     return f"sunk-pod={pod.namespace}/{pod.name} uid={pod.uid} scheduler={pod.scheduler}"
 
 
@@ -82,10 +89,13 @@ def parse_extra(extra: str | None) -> tuple[PodIdentity | None, bool]:
     if m is None:
         return None, False
     gang = m["kind"] == "gang"
-    if gang != bool(m["members"]):
+    if gang != bool(m["members"]) or (m["parts"] and not gang):
         return None, False  # a gang names its members; a Pod's job names none
-    who = PodIdentity(m["ns"], m["name"], m["uid"], m["scheduler"],
-                      tuple(m["members"].split(",")) if gang else ())
+    members = tuple(m["members"].split(",")) if gang else ()
+    parts = tuple(int(p) for p in m["parts"].split(",")) if m["parts"] else ()
+    if parts and len(parts) != len(members):
+        return None, False
+    who = PodIdentity(m["ns"], m["name"], m["uid"], m["scheduler"], members, parts)
     return who, extra.rstrip().endswith(STARTED)
 
 
@@ -129,6 +139,13 @@ class Job:
     admin_comment: str = ""
     #: When this record was read from Slurm, or its state last changed (monotonic seconds).
     checked_at: float = field(default_factory=time.monotonic)
+    #: A heterogeneous job's leader id (0: not one) and this record's offset in it: Slurm lists
+    #: each component as a job of its own; sunk follows the leader (:meth:`from_listing`).
+    het_job_id: int = 0
+    het_offset: int = 0
+    #: A heterogeneous leader read with its components: each component's nodes, in order
+    #: (``nodes`` is all of them).
+    components: tuple[str, ...] = ()
     #: The Pod that ``extra`` names (None: not a placeholder's ``extra``). A claim only: the
     #: job is the scheduler's only if ``admin_comment`` is :func:`admin_comment` of it.
     owner: PodIdentity | None = field(init=False, compare=False)
@@ -158,11 +175,46 @@ class Job:
                    state=str(states[0]) if states else "UNKNOWN", extra=_text(raw, "extra"),
                    nodes=_text(raw, "nodes"), reason=reason,
                    raw=shown_fields(raw),
-                   admin_comment=_text(raw, "admin_comment"))
+                   admin_comment=_text(raw, "admin_comment"),
+                   het_job_id=_count(raw.get("het_job_id")),
+                   het_offset=_count(raw.get("het_job_offset")))
+
+    @classmethod
+    def from_listing(cls, records: list[dict[str, Any]]) -> list[Job]:
+        """The jobs of a listing, each heterogeneous job as its leader with every component's
+        nodes (:attr:`components`); a component whose leader is not listed is left out. A
+        heterogeneous job's components start and end together: its leader's state is the
+        job's."""
+        jobs = [cls.from_api(raw) for raw in records]
+        parts: dict[int, dict[int, str]] = {}
+        for job in jobs:
+            if job.het_job_id:
+                parts.setdefault(job.het_job_id, {})[job.het_offset] = job.nodes
+        out = []
+        for job in jobs:
+            if not job.het_job_id:
+                out.append(job)
+            elif job.het_offset == 0 and job.het_job_id == job.job_id:
+                nodes = tuple(n for _, n in sorted(parts[job.job_id].items()))
+                job.nodes = ",".join(n for n in nodes if n)
+                job.components = nodes
+                out.append(job)
+        return out
+
+    @property
+    def component(self) -> bool:
+        """A heterogeneous job's component other than its leader (followed through it)."""
+        return bool(self.het_job_id) and self.het_job_id != self.job_id
 
     @property
     def finished(self) -> bool:
         return self.state in FINISHED_STATES
+
+
+def _count(value: Any) -> int:
+    """A whole-number field of Slurm's record (0 when not set, or not a number)."""
+    number = _number(value)
+    return number if isinstance(number, int) and not isinstance(number, bool) else 0
 
 
 def _number(value: Any) -> Any:

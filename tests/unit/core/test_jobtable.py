@@ -150,3 +150,20 @@ def test_an_unanswered_submit_is_kept_until_slurms_jobs_since_were_looked_up() -
     table.looked_up("uid-1")
     table.looked_up("uid-3")  # nothing to look up: nothing happens
     assert table.unanswered == {"uid-2": 40}
+
+
+def test_a_heterogeneous_jobs_component_is_followed_through_its_leader_only() -> None:
+    table = JobTable(NAME)
+    who = PodIdentity("ns", "label:g", "ab" * 16, NAME, ("a" * 12, "b" * 12), (0, 1))
+
+    def het(job_id: int) -> Job:
+        return Job(job_id=job_id, name="", state="RUNNING", extra=job_extra(who), nodes="n1",
+                   reason="", admin_comment=admin_comment(who), het_job_id=40,
+                   het_offset=job_id - 40)
+
+    assert table.learn(het(40)).owner == who
+    assert table.learn(het(41)).owner is None, "a component is not the gang's job"
+    assert table.by_uid == {who.uid: 40} and set(table) == {40}
+    assert table.member_of == {"a" * 12: 40, "b" * 12: 40}
+    table.lock_checked(40, het(40))
+    assert table.learn_started(40) is None, "its components' nodes are read, not assumed"

@@ -354,3 +354,47 @@ async def test_job_keeps_the_fields_it_reads_whatever_else_the_record_says(
     rest.answer(jobs=[full, "not a record"])  # odd parts: read as plain JSON
     job = await client.job(7)
     assert job is not None and job.owner == WHO and job.raw["account"] == "research"
+
+
+# -- heterogeneous jobs -----------------------------------------------------------------------
+def _het(job_id: int, leader: int, nodes: str) -> dict[str, Any]:
+    return slurm_job(job_id, nodes=nodes, het_job_id={"set": True, "number": leader},
+                     het_job_offset={"set": True, "number": job_id - leader})
+
+
+async def test_a_heterogeneous_job_is_submitted_as_its_components(rest: Slurmrestd,
+                                                                   client: SlurmClient) -> None:
+    rest.answer(job_id=30, step_id="batch")
+    first, second = {"name": "gang:ns/g", "nodes": "1"}, {"name": "gang:ns/g", "nodes": "2"}
+    assert await client.submit(first, (second,)) == 30
+    assert rest.sent() == {"jobs": [first, second]}
+
+
+async def test_a_component_is_read_as_its_leader_with_every_components_nodes(
+        rest: Slurmrestd, client: SlurmClient) -> None:
+    records = {30: [_het(30, 30, "c1"), _het(31, 30, "g[1-2]")], 31: [_het(31, 30, "g[1-2]")]}
+    rest.handler = lambda request: httpx.Response(
+        200, json={"jobs": records[int(request.url.path.rsplit("/", 1)[1])]})
+    for asked in (30, 31):
+        job = await client.job(asked)
+        assert job is not None and job.job_id == 30
+        assert job.nodes == "c1,g[1-2]" and job.components == ("c1", "g[1-2]")
+    assert [r.url.path.rsplit("/", 1)[1] for r in rest.requests] == ["30", "31", "30"]
+
+
+async def test_all_jobs_folds_components_into_their_leader(rest: Slurmrestd,
+                                                           client: SlurmClient) -> None:
+    rest.answer(jobs=[_het(30, 30, "c1"), _het(31, 30, "g1"), slurm_job(32)])
+    assert [(j.job_id, j.components) for j in await client.all_jobs()] == [
+        (30, ("c1", "g1")), (32, ())]
+
+
+async def test_job_states_follow_a_heterogeneous_job_by_its_leader(rest: Slurmrestd,
+                                                                   client: SlurmClient) -> None:
+    # /jobs/state/ writes a component as "<its own id>+<offset>" (data_parser v0.0.42)
+    listing = [{"job_id": "30+0", "state": ["RUNNING"]}, {"job_id": "31+1", "state": ["RUNNING"]},
+               {"job_id": "29", "state": ["PENDING"]}]
+    rest.answer(jobs=listing)
+    assert await client.job_states() == {30: "RUNNING", 29: "PENDING"}
+    rest.answer(jobs=[*listing, {"job_id": "x+0", "state": ["RUNNING"]}])
+    assert await client.job_states() == {30: "RUNNING", 29: "PENDING"}

@@ -373,11 +373,12 @@ async def test_api_gangs(client: Client, gangs: StaticScheduler) -> None:
     train = body["gangs"][2]
     assert set(train) == {"namespace", "name", "state", "size", "members", "bound", "job_id",
                           "job_state", "waiting", "problem", "last_transition", "account",
-                          "qos"}
+                          "qos", "components"}
+    assert train["components"] == 0
     assert (train["account"], train["qos"]) == ("training", "gang")
     assert train["members"][0] == {"namespace": "team-a", "name": "train-0", "rank": 0,
                                    "slurm_node": "h100-000", "k8s_node": "kwok-node-000",
-                                   "phase": "Running"}
+                                   "phase": "Running", "component": None}
     assert [m["rank"] for m in train["members"]] == [0, 1, 2]
     assert body["gangs"][1]["size"] is None and body["gangs"][1]["problem"].endswith(SCRIPT)
     one = (await client.get("/api/v1/gangs/team-a/job:train")).json()
@@ -585,3 +586,25 @@ def test_every_template_is_compiled_at_start_up_not_on_a_first_request() -> None
     assert env.cache is not None
     compiled = {name for (_, name) in env.cache}
     assert compiled == set(env.list_templates()) and "pods.html" in compiled
+
+
+async def test_a_heterogeneous_gang_shows_each_members_component(
+        client: Client, gangs: StaticScheduler, now: float) -> None:
+    rec = gangs.add_gang("team-c", "lws:infer-0", 3, created=now - 60, job_id=40,
+                         job_state="RUNNING",
+                         members=[("infer-0", 0, "h100-000", "kwok-node-000"),
+                                  ("infer-0-1", 1, "a100-001", "kwok-node-001"),
+                                  ("infer-0-2", 2, "a100-003", "kwok-node-003")])
+    for member, part in zip(rec.members, (0, 1, 1), strict=True):
+        member.component = part
+    r = await client.get("/gangs/team-c/lws:infer-0")
+    assert "heterogeneous, 2 components" in r.text
+    worker = re.search(r'<tr data-pod="team-c/infer-0-2".*?</tr>', r.text, re.S)
+    assert worker is not None
+    assert cell_texts(worker.group(0)) == ["2", "infer-0-2", "Running", "1", "a100-003",
+                                           "kwok-node-003"]
+    listing = (await client.get("/gangs")).text
+    row = re.search(r'<tr data-gang="team-c/lws:infer-0".*?</tr>', listing, re.S)
+    assert row is not None and row.group(0).count(">c1</span>") == 2
+    r = await client.get("/gangs/team-a/job:train")
+    assert "heterogeneous" not in r.text and "Component" not in r.text
