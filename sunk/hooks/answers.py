@@ -122,11 +122,12 @@ class HookAnswers:
         if found is None:
             return None
         who, pods = found
-        # Slurm was read when the job's prolog asked for this node's lock: the job runs there.
-        # The call (the job's own credential, or the node's) says its script has written
-        # ": started"; a second read would only add slurmctld's delay.
-        if (not who.gang
-                and node in expand_hostlist(self.cluster.jobs.allocated.get(job_id, ""))
+        # Slurm was read when the job's prolog asked for this node's lock: the job runs there,
+        # on the nodes that read gave (a gang's every node). The call (the job's own
+        # credential, or the node's) says its script has written ": started"; a second read
+        # would only add slurmctld's delay. A heterogeneous job is read again: its nodes are
+        # its components', each read at its own prolog (learn_started says None).
+        if (node in expand_hostlist(self.cluster.jobs.allocated.get(job_id, ""))
                 and self.watch.learn_started(job_id) is not None):
             self.watch.heard_started(job_id)
             self.wake(who)
