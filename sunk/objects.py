@@ -12,6 +12,7 @@ when read. The structs are frozen: they are read, never written.
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
@@ -21,6 +22,14 @@ import msgspec
 log = logging.getLogger("sunk.objects")
 
 Obj = dict[str, Any]
+
+
+def timestamp(moment: datetime.datetime | float) -> str:
+    """A moment (an aware datetime, or epoch seconds) as the API server writes one: RFC 3339 in
+    UTC, to the second (``2026-11-28T21:57:49Z``)."""
+    if not isinstance(moment, datetime.datetime):
+        moment = datetime.datetime.fromtimestamp(moment, datetime.UTC)
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class OwnerReference(msgspec.Struct, frozen=True, gc=False, rename="camel"):

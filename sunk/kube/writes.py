@@ -9,6 +9,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NotRequired, TypedDict
 
+from sunk import objects
 from sunk.kube.client import Client, KubeError, Obj
 
 log = logging.getLogger("sunk.kube")
@@ -119,7 +120,7 @@ def eviction_body(namespace: str, name: str) -> Eviction:
 def event_body(obj: Obj, *, reason: str, message: str, kind: str, type_: str, component: str,
                now: datetime.datetime) -> Event:
     meta = obj["metadata"]
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = objects.timestamp(now)
     return {
         "apiVersion": "v1", "kind": "Event",
         "metadata": {"generateName": f"{meta['name']}.",

@@ -14,6 +14,8 @@ import datetime
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+from sunk import objects
+
 PENDING: Final = "Pending"
 SCHEDULING: Final = "Scheduling"
 RUNNING: Final = "Running"
@@ -45,7 +47,7 @@ def status(current: Mapping[str, Any], min_member: int, phases: Iterable[str],
     want: dict[str, Any] = {"phase": phase, "running": running, "succeeded": succeeded,
                             "failed": failed}
     if phase != PENDING and not current.get("scheduleStartTime"):
-        want["scheduleStartTime"] = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        want["scheduleStartTime"] = objects.timestamp(now)
     if all(current.get(field, 0 if field != "phase" else None) == value
            for field, value in want.items()):
         return None

@@ -12,12 +12,12 @@ gathers the facts and the executor writes.
 
 from __future__ import annotations
 
-import datetime
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from sunk import objects
 from sunk.slurm.text import expand_hostlist
 
 #: The condition's reasons, as kube-scheduler's: waiting (here: in Slurm's queue), never
@@ -107,7 +107,7 @@ def expected_start(raw: Mapping[str, Any], now: float) -> float | None:
 
 
 def _when(epoch: float) -> str:
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return objects.timestamp(epoch)
 
 
 def in_slurm(job_id: int, reason: str, start: float | None, nodes: Sequence[str],
