@@ -388,8 +388,14 @@ async def test_a_higher_priority_job_preempting_the_gang_deletes_every_member(
         testbed: cluster.Testbed) -> None:
     names, job_name, job = await started_gang(kube, slurm, testbed, namespace, scheduler.name,
                                               "preempted")
-    on = expand_hostlist(job["nodes"])[0]
-    urgent = testbed.slurm("sbatch", "--parsable", "--partition=high", f"--nodelist={on}",
+    await preempted_on(kube, slurm, testbed, namespace, names, job_name,
+                       expand_hostlist(job["nodes"])[0])
+
+
+async def preempted_on(kube: Client, slurm: httpx.AsyncClient, testbed: cluster.Testbed,
+                       namespace: str, names: list[str], job_name: str, node: str) -> None:
+    """A job of the high-priority partition on ``node`` preempts the gang's: it ends clean."""
+    urgent = testbed.slurm("sbatch", "--parsable", "--partition=high", f"--nodelist={node}",
                            "--exclusive", "--chdir=/tmp", "--output=/dev/null",
                            "--wrap=sleep 5").strip()
     try:

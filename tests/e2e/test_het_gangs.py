@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+import pytest
 
 from sunk.kube import Client
 from sunk.slurm.text import expand_hostlist
@@ -38,6 +39,7 @@ from tests.e2e.test_gangs import (
     end_gang,
     jobs_named,
     live_jobs,
+    preempted_on,
     wait_all_bound,
 )
 from tests.e2e.test_jobset_gangs import VERSION as JOBSET_VERSION
@@ -261,14 +263,8 @@ async def test_a_preempted_component_takes_the_whole_gang(
                                        "preempted")
     pod = await get_pod(kube, namespace, names[2])  # a GPU worker's node: component 1
     assert pod is not None
-    on = pod["metadata"]["annotations"][f"{PREFIX}gang-node"]
-    urgent = testbed.slurm("sbatch", "--parsable", "--partition=high", f"--nodelist={on}",
-                           "--exclusive", "--chdir=/tmp", "--output=/dev/null",
-                           "--wrap=sleep 5").strip()
-    try:
-        await assert_clean(kube, slurm, testbed, namespace, names, job_name)
-    finally:
-        testbed.slurm("scancel", urgent)
+    await preempted_on(kube, slurm, testbed, namespace, names, job_name,
+                       pod["metadata"]["annotations"][f"{PREFIX}gang-node"])
 
 
 async def test_kill_9_before_the_binds_resumes_the_same_heterogeneous_job(
@@ -328,3 +324,29 @@ async def test_a_segment_across_shapes_is_refused_unless_the_largest_shape_is_al
     reasons = {e["reason"] for e in await events_for(kube, namespace, allowed[0])}
     assert "GangShapeLargest" in reasons
     await end_gang(kube, slurm, namespace, allowed, job_name)
+
+
+async def test_a_kubernetes_podgroup_whose_members_differ(
+        kube: Client, slurm: httpx.AsyncClient, namespace: str, scheduler: RunningScheduler,
+        testbed: cluster.Testbed) -> None:
+    if testbed.kubernetes == "1.35":
+        pytest.skip("Kubernetes 1.35 serves no PodGroups (the bed runs 1.37 unless told)")
+    group = f"scheduling.k8s.io/{ {'1.36': 'v1alpha2'}.get(testbed.kubernetes, 'v1beta1') }"
+
+    async def make() -> list[str]:
+        await kube.request("POST", "podgroups", namespace=namespace, version=group, json={
+            "apiVersion": group, "kind": "PodGroup",
+            "metadata": {"name": "serve", "namespace": namespace},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 4}}}})
+        names = [f"serve-{i}" for i in range(4)]  # name order: serve-0 (CPU) is rank 0
+        for i, name in enumerate(names):
+            spec = (gpu_spec if i else cpu_spec)(namespace, scheduler.name)
+            await create(kube, {"apiVersion": "v1", "kind": "Pod",
+                                "metadata": {"name": name, "namespace": namespace},
+                                "spec": {**spec, "schedulingGroup": {"podGroupName": "serve"}}})
+        return names
+
+    job_name = f"gang:{namespace}/workload:serve"
+    names, _ = await one_node_short_then_bound(kube, slurm, testbed, namespace, make, job_name,
+                                               CPU_AND_GPUS)
+    await end_gang(kube, slurm, namespace, names, job_name)
