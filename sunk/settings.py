@@ -128,6 +128,17 @@ class Settings(BaseSettings):
     #: controller does; off where that controller runs.
     podgroup_status: bool = True
 
+    #: Dynamic Resource Allocation (docs/dra.md): whether to read ResourceClaims and
+    #: ResourceSlices (``resource.k8s.io/v1``); DeviceClass -> Slurm GRES name; the driver whose
+    #: devices those classes select; the attribute naming a device's model, and each model's
+    #: GRES type; the attribute giving a device's index on its node (Slurm's GRES index).
+    dra: bool = True
+    dra_classes: dict[str, str] = Field(default_factory=lambda: {"gpu.nvidia.com": "gpu"})
+    dra_driver: str = "gpu.nvidia.com"
+    dra_type_attribute: str = "productName"
+    dra_types: dict[str, str] = Field(default_factory=dict)
+    dra_index_attribute: str = "index"
+
     #: Leader election on a Lease (for more than one replica): only the leader acts.
     leader_elect: bool = False
     leader_elect_lease_duration: float = 15.0
@@ -247,17 +258,22 @@ def from_args(argv: list[str] | None = None) -> Settings:
                            default=None, help=help_text)
         elif name in ("watch_namespace", "components"):
             p.add_argument(flag, dest=name, action="append", default=None, help=help_text)
-        elif name == "gpu_types":
+        elif name in _PAIRS:
             p.add_argument(flag, dest=name, action="append", default=None,
-                           metavar="MODEL=TYPE", help=f"repeatable {help_text}")
+                           metavar=_PAIRS[name], help=f"repeatable {help_text}")
         elif name == "log_level":  # the reference deployment passes controller-runtime's name
             p.add_argument(flag, "--zap-log-level", dest=name, default=None, help=help_text)
         else:
             p.add_argument(flag, dest=name, default=None, help=help_text)
     args = {k: v for k, v in vars(p.parse_args(argv)).items() if v is not None}
-    if "gpu_types" in args:
-        pairs = [item.split("=", 1) for entry in args["gpu_types"] for item in entry.split(",")]
-        if any(len(pair) != 2 for pair in pairs):
-            p.error("--gpu-types takes MODEL=TYPE pairs")
-        args["gpu_types"] = dict(pairs)
+    for name, shape in _PAIRS.items():
+        if name in args:
+            pairs = [item.split("=", 1) for entry in args[name] for item in entry.split(",")]
+            if any(len(pair) != 2 for pair in pairs):
+                p.error(f"--{name.replace('_', '-')} takes {shape} pairs")
+            args[name] = dict(pairs)
     return Settings(**args)
+
+
+#: The settings given as ``KEY=VALUE`` pairs on the command line (comma-separated, repeatable).
+_PAIRS = {"gpu_types": "MODEL=TYPE", "dra_classes": "CLASS=GRES", "dra_types": "MODEL=TYPE"}

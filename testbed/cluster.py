@@ -19,6 +19,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -240,9 +241,9 @@ def up(*, node_count: int = 8, suite: str = build.DEFAULT_SUITE, kill_wait: int 
         elif existing.kubernetes != release.name:
             say(f"the test bed up in {existing.dir} runs Kubernetes {existing.kubernetes}, "
                 f"not {release.name}; restarting it")
-        elif "jobset-controller" not in existing.pids:
+        elif not {"jobset-controller", "dradriver"} <= set(existing.pids):
             say(f"the test bed up in {existing.dir} was started without the JobSet "
-                "controller; restarting it")
+                "controller or the DRA driver stand-in; restarting it")
         else:
             say(f"test bed already up in {existing.dir}; reusing it")
             return existing
@@ -438,11 +439,13 @@ def _crd_name(crd: Path) -> str:
 
 #: kube-controller-manager runs these alone: Jobs make their Pods (the JobSet controller makes
 #: a Job per replicated job), StatefulSets theirs (the LeaderWorkerSet controller makes a
-#: StatefulSet per group), and the garbage collector deletes what an owner being deleted leaves
-#: (a Job's Pods, a JobSet's Jobs). No node-lifecycle controller (it would
-#: taint kwok's Nodes), no namespace controller (tests finalize their namespaces). A release
-#: adds its own (build.KubernetesRelease.controllers).
-CONTROLLERS = ("job-controller", "statefulset-controller", "garbage-collector-controller")
+#: StatefulSet per group), the garbage collector deletes what an owner being deleted leaves
+#: (a Job's Pods, a JobSet's Jobs, a Node's ResourceSlice), and the resource-claim controller
+#: makes a Pod's ResourceClaims from their templates (and releases them). No node-lifecycle
+#: controller (it would taint kwok's Nodes), no namespace controller (tests finalize their
+#: namespaces). A release adds its own (build.KubernetesRelease.controllers).
+CONTROLLERS = ("job-controller", "statefulset-controller", "garbage-collector-controller",
+               "resourceclaim-controller")
 
 
 def controllers(release: build.KubernetesRelease) -> tuple[str, ...]:
@@ -711,6 +714,25 @@ def _create_kubernetes_objects(tb: Testbed, bins: build.Binaries) -> None:
 
     procs.wait_for(all_ready, what="kwok Nodes and slurmd Pods", timeout=120,
                    log=tb.log("kwok"), pid=tb.pids["kwok"])
+    _start_dra_driver(tb)
+
+
+def _start_dra_driver(tb: Testbed) -> None:
+    """The bed's GPU DRA driver (:mod:`testbed.dradriver`): a ResourceSlice per Node."""
+    say("starting the GPU DRA driver stand-in (a ResourceSlice of 8 GPUs per Node)")
+    cmd = [sys.executable, "-m", "testbed.dradriver"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SUNK_TESTBED_DIR": str(state_dir())}
+    tb.pids["dradriver"] = procs.start(cmd, tb.log("dradriver"), env=env)
+    tb.cmds["dradriver"] = cmd
+    tb.save()
+
+    def published() -> bool:
+        with tb.kube() as kube:
+            r = kube.get("/apis/resource.k8s.io/v1/resourceslices")
+            return r.status_code == 200 and len(r.json()["items"]) >= tb.node_count
+
+    procs.wait_for(published, what="a ResourceSlice per Node", timeout=60,
+                   log=tb.log("dradriver"), pid=tb.pids["dradriver"])
 
 
 def _mount_chroot(tb: Testbed) -> None:

@@ -15,10 +15,12 @@ import httpx
 
 from testbed import cluster, procs
 from testbed.errors import TestbedError
-from testbed.topology import SLURM_NAMESPACE
+from testbed.topology import GPU_PRODUCTS, SLURM_NAMESPACE
 
 REPO = Path(__file__).resolve().parent.parent
 GPU_TYPES = "H100_NVLINK_80GB=h100,A100_PCIE_80GB=a100"
+#: The bed's DRA driver's product names -> their GRES types (testbed.dradriver).
+DRA_TYPES = ",".join(f"{product}={gres}" for gres, product in GPU_PRODUCTS.items())
 
 
 @dataclass
@@ -62,6 +64,7 @@ def command(testbed: cluster.Testbed, name: str, ports: dict[str, int],
         f"--hooks-token-file={hook_token}",
         f"--slurmd-namespace={SLURM_NAMESPACE}",
         f"--gpu-types={GPU_TYPES}",
+        f"--dra-types={DRA_TYPES}",
         f"--policies-dir={REPO / 'policies'}", "--slurm-poll-interval=0.5s",
         *(extra or []),
     ]

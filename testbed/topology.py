@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 #: GPU model label value -> Slurm GRES type, cycled over the nodes so placement has a choice.
 GPU_MODELS = (("H100_NVLINK_80GB", "h100"), ("A100_PCIE_80GB", "a100"))
+#: GRES type -> the product name the bed's DRA driver gives its devices (as NVIDIA's does).
+GPU_PRODUCTS = {"h100": "NVIDIA H100 80GB HBM3", "a100": "NVIDIA A100 80GB PCIe"}
 #: What each Slurm node offers Slurm. The Kubernetes Node has room for that plus the slurmd
 #: Pod's own requests: Slurm's view and Kubernetes' agree (docs/chart.md, "Node sizes").
 NODE_CPUS = 32

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from sunk import kube, objects
 from sunk.apply.annotations import AnnotationWriter
 from sunk.apply.background import PodEvents
+from sunk.apply.claims import ClaimAllocator
 from sunk.apply.ports import KubePort
 from sunk.model.cluster import Cluster
 from sunk.model.podmemory import PodMemory
@@ -39,8 +40,11 @@ class Binder:
     """Binds Pods for the executor, a Pod's binding and a gang member's alike."""
 
     def __init__(self, cluster: Cluster, kube_port: KubePort, annotator: AnnotationWriter,
-                 memory: PodMemory, events: PodEvents, *, owned: ownership.Keys) -> None:
+                 memory: PodMemory, events: PodEvents, *, owned: ownership.Keys,
+                 claims: ClaimAllocator | None = None) -> None:
         self.cluster = cluster
+        #: Allocates a Pod's ResourceClaims from its job's GPUs before it is bound.
+        self.claims = claims
         self.kube = kube_port
         self.annotator = annotator
         self.memory = memory
@@ -68,6 +72,8 @@ class Binder:
         if self.owned.job_id in written:  # (a gang's) with the uid it is for, whatever goes first
             written.setdefault(self.owned.pod_uid, meta.uid)
         try:
+            if self.claims is not None:
+                await self.claims.allocate(pod, k8s_node, slurm_node, job_id)
             await self.kube.bind(pod, k8s_node, {
                 key: value for key, value in written.items() if value is not None})
         except BaseException as exc:

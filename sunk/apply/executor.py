@@ -26,12 +26,14 @@ from sunk import kube, objects
 from sunk.apply.annotations import AnnotationWriter
 from sunk.apply.background import Background, PodEvents
 from sunk.apply.binding import Binder
+from sunk.apply.claims import ClaimAllocator, ClaimsNotAllocated
 from sunk.apply.gangs import GangExecutor
 from sunk.apply.nodeexecutor import NodeExecutor
 from sunk.apply.ports import KubePort, SlurmPort
 from sunk.apply.submissions import JobRecorder, Submitter
 from sunk.apply.waiting import WaitingWriter
 from sunk.model.cluster import Cluster
+from sunk.model.devices import device_mapping
 from sunk.model.podmemory import PodMemory, PodMemoryView
 from sunk.model.state import PodRecord
 from sunk.plans import actions as do
@@ -65,7 +67,8 @@ class Executor:
         self.submitter = Submitter(cluster, slurm, credential=credential,
                                    jobs=jobs)
         self.binder = Binder(cluster, kube_port, self.annotator, self._memory, self.events,
-                             owned=self.owned)
+                             owned=self.owned, claims=ClaimAllocator(
+                                 cluster, kube_port, slurm, device_mapping(self.settings)))
         self.nodes = NodeExecutor(cluster, kube_port, slurm, background=self.background)
         self.gangs = GangExecutor(self, self._memory)
 
@@ -124,7 +127,10 @@ class Executor:
                     if (no_room := self.binder.reserve(pod, k8s_node)) is not None:
                         return no_room
                 case do.Bind(k8s_node, slurm_node, job_id):
-                    await self.binder.bind(pod, record, k8s_node, slurm_node, job_id)
+                    try:
+                        await self.binder.bind(pod, record, k8s_node, slurm_node, job_id)
+                    except ClaimsNotAllocated as exc:  # not bound: looked at again soon
+                        return do.RetryLater(str(exc))
                 case do.CancelJob(job_id, why):
                     await self.cancel(job_id, meta.key, why)
                 case do.DeletePod(why, reason):
@@ -201,7 +207,8 @@ class Executor:
         meta = objects.pod(pod).metadata
         self.pod_event(pod, record, reason, message, warning=True)
         self.waiting.show(pod, (waiting.scheduler_error if reason == "SlurmRefused"
-                                else waiting.unschedulable)(f"{reason}: {message}"))
+                                else waiting.unschedulable)(f"{reason}: {message}"),
+                          final=True)  # a refused Pod is not looked at again
         await self.annotator.write(pod, {self.owned.rejected: reason, self.owned.job_id: None,
                                          self.owned.pod_uid: meta.uid})
         log.info("pod %s rejected: %s: %s", meta.key, reason, message)

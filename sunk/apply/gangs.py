@@ -11,6 +11,7 @@ from typing import Protocol
 
 from sunk import kube, objects
 from sunk.apply.binding import Binder
+from sunk.apply.claims import ClaimsNotAllocated
 from sunk.apply.submissions import Submitter
 from sunk.model.podmemory import PodMemory
 from sunk.model.state import GangRecord, PodRecord
@@ -100,8 +101,11 @@ class GangExecutor:
                                    ) -> do.RetryLater | None:
             if (no_room := binder.reserve(pod, reserve.k8s_node)) is not None:
                 return no_room
-            await binder.bind(pod, self.executor.record(pod), bind.k8s_node, bind.slurm_node,
-                              bind.job_id, bind.annotations, events=events)
+            try:
+                await binder.bind(pod, self.executor.record(pod), bind.k8s_node,
+                                  bind.slurm_node, bind.job_id, bind.annotations, events=events)
+            except ClaimsNotAllocated as exc:  # not bound: looked at again soon
+                return do.RetryLater(str(exc))
             return None
 
         results = await asyncio.gather(*(reserve_and_bind(*each) for each in binds),

@@ -62,16 +62,17 @@ class WaitingWriter:
         #: newest lands last (a False written just before a True must not land after it).
         self._podgroup_writes: dict[str, asyncio.Task[None]] = {}
 
-    def show(self, pod: kube.Obj, want: Waiting) -> bool:
+    def show(self, pod: kube.Obj, want: Waiting, *, final: bool = False) -> bool:
         """Write ``want`` on the Pod if it says something new and the Pod was not written in
         the last 10 s (:func:`~sunk.plans.waiting.to_write`). False: it must wait (a later
-        look writes it); True: written, or shown already."""
+        look writes it); True: written, or shown already. ``final``: no later look comes (a
+        refusal): written now, however recently the Pod was."""
         now = time.monotonic()
         uid = objects.pod(pod).metadata.uid
         wait = waiting.to_write(self.memory.shown.get(uid), want, now, time.time())
         if wait is None:
             return True
-        if wait > 0:
+        if wait > 0 and not final:
             return False
         shown = self._shown(pod, want, now)
         self.background.fire(self._write(pod, uid, shown))

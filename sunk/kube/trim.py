@@ -35,7 +35,7 @@ CONTAINER_DROPPED: Final = frozenset({
 #: PodScheduled condition: the other conditions are dropped too).
 STATUS_DROPPED: Final = frozenset({
     "containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses",
-    "hostIP", "hostIPs", "podIP", "podIPs", "startTime", "resourceClaimStatuses",
+    "hostIP", "hostIPs", "podIP", "podIPs", "startTime",
 })
 KEPT_CONDITIONS: Final = frozenset({"PodScheduled"})
 #: Metadata fields unique to each Pod: not worth sharing (see :func:`_share_strings`).

@@ -153,6 +153,7 @@ class GangReconciler:
         decision = self.policies.evaluate(whole, namespace)
         return podplan.plan_submission(pod, decision, self.cluster.snapshot(),
                                        self.translate_settings, annotation_prefix=self.prefix,
+                                       claims=self.cluster.devices.claims_of(pod),
                                        first_try=first_try)
 
     def _show_podgroup(self, found: gang.Gang, record: GangRecord, pods: list[kube.Obj]) -> None:
@@ -186,7 +187,7 @@ class GangReconciler:
             bound=sum(1 for m in record.members if m.k8s_node), job_id=record.job_id,
             problem=record.problem, waiting=record.waiting,
             generation=typed.metadata.generation,
-            now=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            now=objects.timestamp(time.time()),
             current=conditions if isinstance(conditions, list) else [])
         if want is not None:
             self.executor.waiting.show_podgroup(

@@ -33,6 +33,7 @@ from sunk.loops.settled import SettledPods
 from sunk.loops.waiting import WaitingReporter
 from sunk.loops.workqueue import WorkQueue
 from sunk.model.cluster import Cluster
+from sunk.model.devices import device_mapping
 from sunk.model.slurmwatch import SlurmWatch
 from sunk.model.state import PodRecord
 from sunk.plans import actions as do
@@ -64,7 +65,8 @@ class Scheduler:
         self.translate_settings = TranslateSettings(
             scheduler_name=settings.scheduler_name, placeholder_script=settings.placeholder_script,
             gpu_resource=settings.gpu_resource, gpu_model_label=settings.gpu_model_label,
-            gpu_types=settings.gpu_types, kill_wait_seconds=settings.slurm_kill_wait)
+            gpu_types=settings.gpu_types, kill_wait_seconds=settings.slurm_kill_wait,
+            devices=device_mapping(settings))
         self.gangs = GangReconciler(cluster, watch, executor, policies, self.translate_settings)
         #: Says on each Pod whose job waits in Slurm's queue why, and until when.
         self.waiting = WaitingReporter(cluster, executor)
@@ -276,7 +278,8 @@ class Scheduler:
         decision = self.policies.evaluate(whole, namespace)
         return podplan.plan_submission(
             pod, decision, self.cluster.snapshot(), self.translate_settings,
-            annotation_prefix=self.settings.annotation_prefix, first_try=first_try)
+            annotation_prefix=self.settings.annotation_prefix, first_try=first_try,
+            claims=self.cluster.devices.claims_of(pod))
 
     def _record(self, pod: kube.Obj, facts: podplan.PodFacts) -> PodRecord:
         """The Pod's line on the dashboard, brought up to date."""

@@ -33,6 +33,7 @@ from typing import Any
 
 from sunk import kube, objects
 from sunk.model.assume import AssumeCache
+from sunk.model.devices import Devices
 from sunk.model.gangindex import GangIndex
 from sunk.model.health import Health
 from sunk.model.jobtable import JobsView, JobTable
@@ -118,6 +119,7 @@ class Cluster:
         self.gang_index = GangIndex(api, settings.annotation_prefix, settings.scheduler_name)
         #: Called with a gang's key when its Job or PodGroup changes.
         self.gang_handlers = self.gang_index.handlers
+        self.devices = Devices(api)  # ResourceClaims and ResourceSlices
 
     def informers(self) -> list[kube.Informer]:
         """The informers that run: the scheduled Pods' and Namespaces' only with the scheduler
@@ -129,7 +131,8 @@ class Cluster:
 
     def optional_runs(self) -> list[Callable[[], Coroutine[Any, Any, None]]]:
         """What runs unwaited for: the gang sources whose CRD or API may not be there."""
-        return self.gang_index.optional_runs(self.settings) if self.scheduling else []
+        return [*self.gang_index.optional_runs(self.settings),
+                *self.devices.runs(self.settings)] if self.scheduling else []
 
     async def run(self) -> None:
         """Run the informers until cancelled; :attr:`ready` once every cache is synced."""

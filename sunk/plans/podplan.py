@@ -157,9 +157,11 @@ def plan_deleted(job_id: int, job: JobView | None) -> tuple[do.CancelJob, ...]:
 
 def plan_submission(pod: Mapping[str, Any], admission: Decision, snapshot: placement.Snapshot,
                     settings: translate.TranslateSettings, *, annotation_prefix: str,
-                    first_try: bool) -> tuple[do.PodAction, ...]:
+                    first_try: bool, claims: Mapping[str, Mapping[str, Any]] | None = None
+                    ) -> tuple[do.PodAction, ...]:
     """Check, translate and submit: the Pod's placeholder job, or why it can never have one.
-    Warnings are told on the first try only (not on every retry of a Slurm outage)."""
+    Warnings are told on the first try only (not on every retry of a Slurm outage).
+    ``claims``: the Pod's namespace's ResourceClaims by name (None: not read yet)."""
     out: list[do.PodAction] = []
     if first_try:
         annotations = objects.pod(pod).metadata.annotations
@@ -172,7 +174,7 @@ def plan_submission(pod: Mapping[str, Any], admission: Decision, snapshot: place
     if not admission.allowed:
         return (*out, do.Reject(admission.reason or "PolicyDenied", admission.message))
     try:
-        job = translate.job_description(pod, admission.mappings, snapshot, settings)
+        job = translate.job_description(pod, admission.mappings, snapshot, settings, claims)
     except translate.Unschedulable as exc:
         return (*out, do.Reject(exc.reason, str(exc)))
     except translate.InvalidPod as exc:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sunk.plans import claims as claims_mod
 from sunk.plans import fit, placement
 from sunk.slurm.job import PodIdentity, admin_comment, job_extra, job_name
 
@@ -76,6 +77,9 @@ class TranslateSettings:
     gpu_model_label: str = "gpu.nvidia.com/model"
     gpu_types: Mapping[str, str] | None = None
     kill_wait_seconds: float = 30
+    #: How ResourceClaims are told to Slurm (None: claims are not read; a Pod with one is
+    #: refused).
+    devices: claims_mod.DeviceMapping | None = None
 
 
 def _gres(pod: Mapping[str, Any], gpus: int, snap: placement.Snapshot,
@@ -99,8 +103,10 @@ def _whole_number(key: str, value: object) -> int:
 
 
 def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
-                    snap: placement.Snapshot, settings: TranslateSettings) -> dict[str, Any]:
-    """The placeholder job for ``pod``."""
+                    snap: placement.Snapshot, settings: TranslateSettings,
+                    claims: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The placeholder job for ``pod``; ``claims``: its namespace's ResourceClaims by name
+    (None: not read yet)."""
     meta = pod["metadata"]
     who = PodIdentity(meta["namespace"], meta["name"], meta["uid"], settings.scheduler_name)
     try:
@@ -108,7 +114,16 @@ def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
     except ValueError as exc:
         raise InvalidPod(str(exc)) from exc
     job = _placeholder_job(who, requests, settings)
-    if gpus := requests.get(settings.gpu_resource, 0):
+    gpus = requests.get(settings.gpu_resource, 0)
+    if claims_mod.uses_claims(pod):
+        asked = _claimed(pod, claims, settings)
+        gpu_type = _gres(pod, gpus, snap, settings).split(":")[1:-1] if gpus else []
+        try:
+            if tres := claims_mod.gres(asked, gpus, gpu_type[0] if gpu_type else None):
+                job["tres_per_node"] = tres
+        except claims_mod.Unmappable as exc:
+            raise Unschedulable(exc.reason, str(exc)) from None
+    elif gpus:
         job["tres_per_node"] = _gres(pod, gpus, snap, settings)
     job.update(_mapped_fields(mappings))
     excluded, required = _placement_nodes(pod, mappings, snap)
@@ -117,6 +132,24 @@ def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
     if required:
         job["required_nodes"] = required
     return job
+
+
+def _claimed(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]] | None,
+             settings: TranslateSettings) -> tuple[claims_mod.ClaimRequest, ...]:
+    """What the Pod's ResourceClaims ask Slurm for; refused (Unschedulable) or waiting (NotYet)
+    as :func:`sunk.plans.claims.claim_requests` says."""
+    if settings.devices is None:
+        raise Unschedulable("UnmappableClaim", "the Pod asks for devices by ResourceClaim, and "
+                                               "this scheduler does not read claims "
+                                               "(scheduler.dra.enabled is false)")
+    if claims is None:
+        raise NotYet("ResourceClaims and ResourceSlices are not read yet")
+    try:
+        return claims_mod.claim_requests(pod, claims, settings.devices)
+    except claims_mod.Unmappable as exc:
+        raise Unschedulable(exc.reason, str(exc)) from None
+    except claims_mod.NotReady as exc:
+        raise NotYet(str(exc)) from None
 
 
 def _placeholder_job(who: PodIdentity, requests: Mapping[str, int],

@@ -19,7 +19,7 @@ import msgspec
 
 from sunk import http
 from sunk.runtime import metrics
-from sunk.slurm.job import READ_FIELDS, Job
+from sunk.slurm.job import READ_FIELDS, Job, gres_by_node
 from sunk.slurm.text import permanent_error
 
 log = logging.getLogger(__name__)
@@ -243,6 +243,13 @@ class SlurmClient:
                 return []
             raise
         return [j for j in records if isinstance(j, dict)]
+
+    async def job_gres(self, job_id: int) -> dict[str, str]:
+        """Each node's GRES of a running job, with their indexes (:func:`gres_by_node`; a
+        heterogeneous job's every component). Read whole, for a Pod whose claims take the
+        job's GPUs: the other reads keep only the fields sunk follows."""
+        body = await self._call("GET", f"/job/{job_id}", "GET /job/{id}")
+        return gres_by_node([j for j in body.get("jobs") or () if isinstance(j, dict)])
 
     async def all_jobs(self) -> list[Job]:
         """Every job Slurm knows, in full (about 18 kB each): for start-up only."""

@@ -261,3 +261,24 @@ def account_and_qos(job: Job | None, submitted: Mapping[str, Any] | None = None
     sent = submitted or {}
     return (_plain(raw.get("account")) or _plain(sent.get("account")),
             _plain(raw.get("qos")) or _plain(sent.get("qos")))
+
+
+def gres_by_node(records: list[dict[str, Any]]) -> dict[str, str]:
+    """Each node's GRES of a running job, as Slurm's ``gres_detail`` gives it
+    (``gpu:h100:2(IDX:0-1)``): the job's records (a heterogeneous job's components) pair
+    ``job_resources.nodes.allocation`` (node by node, in Slurm's node order) with
+    ``gres_detail`` (in the same order). A record that lists no allocation gives its one
+    node's detail if it has one node."""
+    out: dict[str, str] = {}
+    for raw in records:
+        details = raw.get("gres_detail")
+        if not isinstance(details, list):
+            continue
+        resources = raw.get("job_resources")
+        nodes = resources.get("nodes") if isinstance(resources, Mapping) else None
+        allocation = nodes.get("allocation") if isinstance(nodes, Mapping) else None
+        names = [str(a.get("name")) for a in allocation or () if isinstance(a, Mapping)]
+        if not names and len(details) == 1 and "," not in _text(raw, "nodes"):
+            names = [_text(raw, "nodes")]
+        out.update({name: str(detail) for name, detail in zip(names, details, strict=False)})
+    return out

@@ -121,3 +121,9 @@ a new random one. Call with (list $ctx namespace secretName key given). */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* A map as KEY=VALUE pairs, comma-separated, by key: a flag's value. */}}
+{{- define "sunk.pairs" -}}
+{{- $m := . -}}
+{{- range $i, $k := keys $m | sortAlpha }}{{ if $i }},{{ end }}{{ $k }}={{ index $m $k }}{{ end -}}
+{{- end }}

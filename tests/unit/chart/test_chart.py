@@ -210,6 +210,11 @@ def test_the_whole_grant_is_exactly_what_the_code_uses(helm: Path) -> None:
         ("ClusterRole", None, "jobsets", "list", None),
         ("ClusterRole", None, "jobsets", "watch", None),
         ("ClusterRole", None, "podgroups", "watch", None),
+        ("ClusterRole", None, "resourceclaims", "list", None),
+        ("ClusterRole", None, "resourceclaims", "watch", None),
+        ("ClusterRole", None, "resourceslices", "list", None),
+        ("ClusterRole", None, "resourceslices", "watch", None),
+        ("ClusterRole", None, "resourceclaims/status", "patch", None),
         ("ClusterRole", None, "namespaces", "list", None),
         ("ClusterRole", None, "namespaces", "watch", None),
         ("ClusterRole", None, "pods", "list", None),
@@ -239,8 +244,9 @@ def test_without_the_syncer_cluster_wide_it_reads_and_writes_only_podgroup_statu
     objects = render(helm, {"scheduler.components": ["scheduler"]})
     cluster = {(r, v) for k, _, r, v, _ in rules(objects) if k == "ClusterRole"}
     assert cluster == {(r, v) for r in ("nodes", "namespaces", "pods", "jobs", "podgroups",
-                                        "jobsets")
-                       for v in ("list", "watch")} | {("podgroups/status", "patch")}
+                                        "jobsets", "resourceclaims", "resourceslices")
+                       for v in ("list", "watch")} | {("podgroups/status", "patch"),
+                                                      ("resourceclaims/status", "patch")}
     assert {(r, v) for _, ns, r, v, _ in rules(objects) if ns == "slurm" and r == "pods"} >= {
         ("pods", "list"), ("pods", "watch")}
     assert "--components=scheduler" in args(objects)
@@ -282,6 +288,23 @@ def test_the_rendered_arguments_are_flags_the_scheduler_accepts(helm: Path) -> N
             settings.leader_elect_resource_name) == ("hpc", "r-sunk")
     assert settings.slurm_auth_token_file is not None
     assert settings.hooks_token_file is not None
+    assert settings.dra and settings.dra_classes == {"gpu.nvidia.com": "gpu"}
+
+
+def test_the_dra_mapping_reaches_the_scheduler_and_off_takes_its_grant_away(helm: Path) -> None:
+    objects = render(helm, {"scheduler.dra.types": {"NVIDIA H100 80GB HBM3": "h100",
+                                                    "NVIDIA A100 80GB PCIe": "a100"},
+                            "scheduler.dra.classes": {"gpu.nvidia.com": "gpu",
+                                                      "mig.nvidia.com": "mig"}})
+    settings = from_args(args(objects))
+    assert settings.dra_types == {"NVIDIA H100 80GB HBM3": "h100",
+                                  "NVIDIA A100 80GB PCIe": "a100"}
+    assert settings.dra_classes == {"gpu.nvidia.com": "gpu", "mig.nvidia.com": "mig"}
+    assert (settings.dra_driver, settings.dra_type_attribute, settings.dra_index_attribute) == (
+        "gpu.nvidia.com", "productName", "index")
+    off = render(helm, {"scheduler.dra.enabled": False})
+    assert not from_args(args(off)).dra
+    assert not [r for r in rules(off) if r[2].startswith("resource")]
 
 
 def test_leader_election_comes_with_more_than_one_replica(helm: Path) -> None:

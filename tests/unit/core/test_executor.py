@@ -909,3 +909,19 @@ async def test_a_gang_member_without_room_waits_for_room_while_the_rest_are_boun
     assert [p for m, p, _ in bed.kube.seen if m == "POST" and p.endswith("/binding")] == [
         "/api/v1/namespaces/ns/pods/p0/binding"]
     assert bed.cluster.usage.used("node-a")["cpu"] == 3000, "the second holds nothing"
+
+
+async def test_a_refusal_right_after_a_wait_is_shown_at_once(bed: Bed) -> None:
+    """A Pod that waited (a claim not made yet) and is refused a moment later shows the
+    refusal: no later look comes to write it, whatever the 10 s between writes says."""
+    from sunk.plans import waiting as waits
+
+    await bed.executor.apply_pod(pod(), record(), [
+        do.RetryLater("a claim is not made yet", show=waits.unschedulable("not made yet"))])
+    await settle(bed)
+    await bed.executor.apply_pod(pod(), record(), [do.Reject("UnmappableClaim", "no way")])
+    await settle(bed)
+    written = [c["status"]["conditions"][0]["message"]
+               for c in bed.kube.calls("PATCH", "/api/v1/namespaces/ns/pods/p/status")
+               if "status" in c]
+    assert written[0] == "not made yet" and written[-1] == "UnmappableClaim: no way"

@@ -418,7 +418,7 @@ def test_each_kind_of_translate_error(monkeypatch: pytest.MonkeyPatch, error: Ex
     p = pod()
     decision = Decision(mappings={"account": "a"})
     assert submit(p, decision) == (expected,)
-    assert seen == [(p, decision.mappings, SNAP, SETTINGS)]
+    assert seen == [(p, decision.mappings, SNAP, SETTINGS, None)]  # no claims read
 
 
 @pytest.mark.parametrize("error", [RuntimeError("a bug"), ValueError("bad"),

@@ -232,12 +232,33 @@ def test_a_running_bed_without_the_jobset_controller_is_restarted(
         cluster.up(kubernetes="1.37")
 
 
+def test_a_running_bed_without_the_dra_driver_is_restarted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    old = _running_bed(tmp_path, {"kube-apiserver": os.getpid(),
+                                  "jobset-controller": os.getpid()})
+    monkeypatch.setattr(cluster.Testbed, "load", classmethod(lambda cls: old))
+
+    def down(**_: object) -> None:
+        raise _Stopped
+
+    monkeypatch.setattr(cluster, "down", down)
+    with pytest.raises(_Stopped):
+        cluster.up(kubernetes="1.37")
+
+
 def test_a_running_bed_with_it_is_reused(tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     running = _running_bed(tmp_path, {"kube-apiserver": os.getpid(),
-                                      "jobset-controller": os.getpid()})
+                                      "jobset-controller": os.getpid(),
+                                      "dradriver": os.getpid()})
     monkeypatch.setattr(cluster.Testbed, "load", classmethod(lambda cls: running))
+
+    def down(**_: object) -> None:  # never the real one: these pids are the test's own
+        raise _Stopped
+
+    monkeypatch.setattr(cluster, "down", down)
     assert cluster.up(kubernetes="1.37") is running
 
 

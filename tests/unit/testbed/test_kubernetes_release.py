@@ -13,7 +13,8 @@ from testbed.errors import TestbedError
 
 GANG_1_36 = "--feature-gates=GenericWorkload=true,GangScheduling=true,WorkloadWithJob=true"
 GANG_1_37 = "--feature-gates=GenericWorkload=true,WorkloadWithJob=true"
-BED_CONTROLLERS = "job-controller,statefulset-controller,garbage-collector-controller"
+BED_CONTROLLERS = ("job-controller,statefulset-controller,garbage-collector-controller,"
+                   "resourceclaim-controller")
 
 
 def _bed(tmp_path: Path, kubernetes: str) -> cluster.Testbed:
@@ -107,7 +108,8 @@ def test_1_37_has_no_gang_scheduling_gate() -> None:
 ])
 def test_controllers_per_release(kubernetes: str, added: tuple[str, ...]) -> None:
     assert cluster.controllers(build.kubernetes_release(kubernetes)) == (
-        "job-controller", "statefulset-controller", "garbage-collector-controller", *added)
+        "job-controller", "statefulset-controller", "garbage-collector-controller",
+        "resourceclaim-controller", *added)
 
 
 def test_list_flags_already_given_are_merged_into_one() -> None:
