@@ -233,3 +233,34 @@ async def test_kill_9_between_the_start_and_the_allocation_allocates_once_as_slu
 
         await eventually(ended, within=60)
         restarted.stop()
+
+
+async def test_each_gang_member_gets_its_own_nodes_gpus(
+        kube: Client, slurm: httpx.AsyncClient, namespace: str, scheduler: RunningScheduler,
+        testbed: cluster.Testbed) -> None:
+    await quiet(slurm, testbed)
+    await claim_template(kube, namespace, "two-gpus", 2)
+    names = ["g0", "g1", "g2"]
+    for rank, name in enumerate(names):
+        manifest = gpus_by_claim(name, namespace, scheduler.name, template="two-gpus")
+        manifest["metadata"]["labels"] = {f"{PREFIX}gang": "claimed"}
+        manifest["metadata"]["annotations"].update({f"{PREFIX}gang-size": "3",
+                                                    f"{PREFIX}gang-index": str(rank)})
+        await create(kube, manifest)
+    bound = [await bound_with_claim(kube, namespace, name, within=90) for name in names]
+    job_id = bound[0][0]["metadata"]["annotations"][f"{PREFIX}job-id"]
+    (job,) = (await slurm.get(f"/slurm/v0.0.42/job/{job_id}")).json()["jobs"]
+    by_node = dict(zip([a["name"] for a in job["job_resources"]["nodes"]["allocation"]],
+                       job["gres_detail"], strict=True))
+    k8s = {n.k8s_name: n.slurm_name for n in testbed.nodes}
+    for pod, claim in bound:
+        node = pod["spec"]["nodeName"]
+        assert pod["metadata"]["annotations"][f"{PREFIX}gang-node"] == k8s[node]
+        assert devices_of(claim) == gres_indexes(by_node[k8s[node]]), pod["metadata"]["name"]
+        pools = {r["pool"] for r in claim["status"]["allocation"]["devices"]["results"]}
+        assert pools == {node}, "the member's own node's devices"
+    for name in names:
+        async with call_api(kube, "DELETE", namespace=namespace, url=f"pods/{name}",
+                            params={"gracePeriodSeconds": "0"}):
+            pass
+    await quiet(slurm, testbed)
