@@ -37,10 +37,11 @@ class ClaimAllocator:
         if self.mapping is None or not claims.uses_claims(pod):
             return
         key = objects.pod(pod).metadata.key
-        known = self.cluster.devices.claims_of(pod)
-        if known is None:
+        seen = self.cluster.devices.claims_of(pod)
+        if seen is None:
             raise ClaimsNotAllocated(f"pod {key}: ResourceClaims are not read yet")
         try:
+            known = seen.by_name
             asked = claims.claim_requests(pod, known, self.mapping)
             if not asked:
                 return

@@ -119,7 +119,7 @@ class Cluster:
         self.gang_index = GangIndex(api, settings.annotation_prefix, settings.scheduler_name)
         #: Called with a gang's key when its Job or PodGroup changes.
         self.gang_handlers = self.gang_index.handlers
-        self.devices = Devices(api)  # ResourceClaims and ResourceSlices
+        self.devices = Devices(api, settings, self.all_pods)  # ResourceClaims, GPUs
 
     def informers(self) -> list[kube.Informer]:
         """The informers that run: the scheduled Pods' and Namespaces' only with the scheduler

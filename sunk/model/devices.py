@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from typing import Any
 
-from sunk import kube
+from sunk import kube, objects
 from sunk.plans import claims
 from sunk.settings import Settings
 
@@ -27,7 +27,11 @@ def device_mapping(settings: Settings) -> claims.DeviceMapping | None:
 
 
 class Devices:
-    def __init__(self, api: kube.Client) -> None:
+    def __init__(self, api: kube.Client, settings: Settings, pods: kube.Informer) -> None:
+        """``pods``: every Pod (whether Slurm counts a claim's GPUs: a Pod sunk placed)."""
+        self.mapping = device_mapping(settings)
+        self.scheduler_name = settings.scheduler_name
+        self.pods = pods
         version = f"{claims.GROUP}/{claims.VERSION}"
         self.claim_informer = kube.Informer(api, "resourceclaims", version=version)
         self.slice_informer = kube.Informer(api, "resourceslices", version=version)
@@ -40,12 +44,23 @@ class Devices:
     def ready(self) -> bool:
         return self.claim_informer.synced.is_set() and self.slice_informer.synced.is_set()
 
-    def claims_of(self, pod: Mapping[str, Any]) -> Mapping[str, Mapping[str, Any]] | None:
-        """The claims of the Pod's namespace, by name; None while they are not read yet."""
+    def claims_of(self, pod: Mapping[str, Any]) -> claims.ClaimsSeen | None:
+        """What the Pod's placement reads of claims (its namespace's, and each Node's devices
+        no one Slurm knows holds); None while they are not read yet. Counted only for a Pod
+        that names claims."""
         if not self.ready:
             return None
         namespace = (pod.get("metadata") or {}).get("namespace", "")
-        return _InNamespace(self.claim_informer.cache, str(namespace))
+        by_name = _InNamespace(self.claim_informer.cache, str(namespace))
+        if self.mapping is None or not claims.uses_claims(pod):
+            return claims.ClaimsSeen(by_name)
+        return claims.ClaimsSeen(by_name, claims.free_devices(
+            self.slices(), self.all_claims(), self.mapping, self.slurm_knows))
+
+    def slurm_knows(self, namespace: str, name: str) -> bool:
+        """Whether Slurm counts the GPUs of Pod ``namespace/name``: it names this scheduler."""
+        pod = self.pods.cache.get(f"{namespace}/{name}")
+        return pod is not None and objects.pod(pod).spec.scheduler_name == self.scheduler_name
 
     def claim(self, namespace: str, name: str) -> kube.Obj | None:
         return self.claim_informer.cache.get(f"{namespace}/{name}")

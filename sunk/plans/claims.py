@@ -66,6 +66,50 @@ class ClaimRequest:
     count: int
 
 
+@dataclass(frozen=True)
+class ClaimsSeen:
+    """What a Pod's placement reads of claims: its namespace's claims by name, and each
+    Kubernetes Node's devices of the mapped driver that no one Slurm knows of holds (a node
+    missing: not known, not counted against)."""
+
+    by_name: Mapping[str, Mapping[str, Any]]
+    free: Mapping[str, int] = field(default_factory=dict)
+
+
+def free_devices(slices: Iterable[Mapping[str, Any]], all_claims: Iterable[Mapping[str, Any]],
+                 mapping: DeviceMapping, slurm_knows: Any) -> dict[str, int]:
+    """Each Node's devices of the mapped driver, less those a claim holds for Pods Slurm does
+    not know of (``slurm_knows(namespace, pod name)``: a Pod sunk placed). Slurm counts its own
+    jobs' and sunk's Pods' GPUs; these it does not."""
+    free: dict[str, int] = {}
+    for piece in slices:
+        spec = piece.get("spec") or {}
+        if spec.get("driver") == mapping.driver and spec.get("nodeName"):
+            node = str(spec["nodeName"])
+            free[node] = free.get(node, 0) + len(spec.get("devices") or ())
+    for claim in all_claims:
+        meta = claim.get("metadata") or {}
+        status = claim.get("status") or {}
+        users = [r for r in status.get("reservedFor") or () if isinstance(r, Mapping)]
+        if any(slurm_knows(meta.get("namespace"), r.get("name")) for r in users):
+            continue
+        for driver, pool, _ in allocated_devices(claim):
+            node = _allocated_node(status.get("allocation") or {}) or pool
+            if driver == mapping.driver and node in free:
+                free[node] -= 1
+    return free
+
+
+def _allocated_node(allocation: Mapping[str, Any]) -> str | None:
+    """The one Node an allocation's node selector names by ``metadata.name``, if it does."""
+    for term in (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or ():
+        for field_ in term.get("matchFields") or ():
+            values = field_.get("values") or []
+            if field_.get("key") == "metadata.name" and len(values) == 1:
+                return str(values[0])
+    return None
+
+
 # -- which claims a Pod uses ----------------------------------------------------------------------
 def claim_names(pod: Mapping[str, Any]) -> list[tuple[str, str | None]]:
     """The Pod's claims as ``(its name in the Pod, the ResourceClaim's name)``: a named claim's

@@ -15,6 +15,7 @@ from typing import Any
 from sunk import objects
 from sunk.plans import actions as do
 from sunk.plans import ownership, placement, translate, waiting
+from sunk.plans.claims import ClaimsSeen
 from sunk.plans.decide import JobView, PodView, Step, decide
 from sunk.policy import Decision
 
@@ -157,11 +158,11 @@ def plan_deleted(job_id: int, job: JobView | None) -> tuple[do.CancelJob, ...]:
 
 def plan_submission(pod: Mapping[str, Any], admission: Decision, snapshot: placement.Snapshot,
                     settings: translate.TranslateSettings, *, annotation_prefix: str,
-                    first_try: bool, claims: Mapping[str, Mapping[str, Any]] | None = None
+                    first_try: bool, claims: ClaimsSeen | None = None
                     ) -> tuple[do.PodAction, ...]:
     """Check, translate and submit: the Pod's placeholder job, or why it can never have one.
     Warnings are told on the first try only (not on every retry of a Slurm outage).
-    ``claims``: the Pod's namespace's ResourceClaims by name (None: not read yet)."""
+    ``claims``: what is known of ResourceClaims (None: not read yet)."""
     out: list[do.PodAction] = []
     if first_try:
         annotations = objects.pod(pod).metadata.annotations

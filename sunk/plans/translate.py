@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,9 +105,9 @@ def _whole_number(key: str, value: object) -> int:
 
 def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
                     snap: placement.Snapshot, settings: TranslateSettings,
-                    claims: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    """The placeholder job for ``pod``; ``claims``: its namespace's ResourceClaims by name
-    (None: not read yet)."""
+                    claims: claims_mod.ClaimsSeen | None = None) -> dict[str, Any]:
+    """The placeholder job for ``pod``; ``claims``: what is known of ResourceClaims (None:
+    not read yet)."""
     meta = pod["metadata"]
     who = PodIdentity(meta["namespace"], meta["name"], meta["uid"], settings.scheduler_name)
     try:
@@ -115,18 +116,15 @@ def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
         raise InvalidPod(str(exc)) from exc
     job = _placeholder_job(who, requests, settings)
     gpus = requests.get(settings.gpu_resource, 0)
+    short: set[str] = set()
     if claims_mod.uses_claims(pod):
-        asked = _claimed(pod, claims, settings)
-        gpu_type = _gres(pod, gpus, snap, settings).split(":")[1:-1] if gpus else []
-        try:
-            if tres := claims_mod.gres(asked, gpus, gpu_type[0] if gpu_type else None):
-                job["tres_per_node"] = tres
-        except claims_mod.Unmappable as exc:
-            raise Unschedulable(exc.reason, str(exc)) from None
+        tres, short = _claimed_gpus(pod, claims, gpus, snap, settings)
+        if tres:
+            job["tres_per_node"] = tres
     elif gpus:
         job["tres_per_node"] = _gres(pod, gpus, snap, settings)
     job.update(_mapped_fields(mappings))
-    excluded, required = _placement_nodes(pod, mappings, snap)
+    excluded, required = _placement_nodes(pod, mappings, snap, short)
     if excluded:
         job["excluded_nodes"] = excluded
     if required:
@@ -134,7 +132,23 @@ def job_description(pod: Mapping[str, Any], mappings: Mapping[str, Any],
     return job
 
 
-def _claimed(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]] | None,
+def _claimed_gpus(pod: Mapping[str, Any], claims: claims_mod.ClaimsSeen | None, gpus: int,
+                  snap: placement.Snapshot, settings: TranslateSettings
+                  ) -> tuple[str | None, set[str]]:
+    """The GRES the Pod's claims (and ``gpus`` as an extended resource) ask for, and the Slurm
+    nodes without that many devices free of claims Slurm does not know of."""
+    asked = _claimed(pod, claims, settings)
+    count = sum(r.count for r in asked)
+    free = claims.free if claims is not None else {}
+    short = {slurm for slurm, k8s in snap.slurm_to_k8s.items() if free.get(k8s, count) < count}
+    gpu_type = _gres(pod, gpus, snap, settings).split(":")[1:-1] if gpus else []
+    try:
+        return claims_mod.gres(asked, gpus, gpu_type[0] if gpu_type else None), short
+    except claims_mod.Unmappable as exc:
+        raise Unschedulable(exc.reason, str(exc)) from None
+
+
+def _claimed(pod: Mapping[str, Any], claims: claims_mod.ClaimsSeen | None,
              settings: TranslateSettings) -> tuple[claims_mod.ClaimRequest, ...]:
     """What the Pod's ResourceClaims ask Slurm for; refused (Unschedulable) or waiting (NotYet)
     as :func:`sunk.plans.claims.claim_requests` says."""
@@ -145,7 +159,7 @@ def _claimed(pod: Mapping[str, Any], claims: Mapping[str, Mapping[str, Any]] | N
     if claims is None:
         raise NotYet("ResourceClaims and ResourceSlices are not read yet")
     try:
-        return claims_mod.claim_requests(pod, claims, settings.devices)
+        return claims_mod.claim_requests(pod, claims.by_name, settings.devices)
     except claims_mod.Unmappable as exc:
         raise Unschedulable(exc.reason, str(exc)) from None
     except claims_mod.NotReady as exc:
@@ -209,15 +223,20 @@ def _known_nodes(snap: placement.Snapshot) -> frozenset[str]:
 
 
 def _placement_nodes(pod: Mapping[str, Any], mappings: Mapping[str, Any],
-                     snap: placement.Snapshot) -> tuple[list[str], list[str]]:
-    """The job's excluded and required nodes: those the mappings name, and the nodes the Pod
-    cannot be placed on. Raises NoRoom, NotYet or Unschedulable when no job can run now."""
+                     snap: placement.Snapshot, short: AbstractSet[str] = frozenset()
+                     ) -> tuple[list[str], list[str]]:
+    """The job's excluded and required nodes: those the mappings name, the nodes the Pod
+    cannot be placed on, and those ``short`` of devices its claims ask for. Raises NoRoom,
+    NotYet or Unschedulable when no job can run now."""
     requested = {k: [str(n) for n in mappings.get(k) or []] for k in _LIST_FIELDS}
-    by_placement = set(placement.excluded_slurm_nodes(pod, snap))
+    by_placement = set(placement.excluded_slurm_nodes(pod, snap)) | short
     excluded = sorted(set(requested["excluded_nodes"]) | by_placement)
     known = _known_nodes(snap)
     if known and by_placement >= known:
         _wait_for_room(pod, snap, known)
+        if short:
+            raise NoRoom(f"no Node has the devices the Pod's claims ask for free of claims "
+                         f"Slurm does not know of ({len(short)} short); waiting")
     _check_required(pod, snap, requested["required_nodes"], requested["excluded_nodes"],
                     excluded)
     return excluded, requested["required_nodes"]

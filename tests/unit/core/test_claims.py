@@ -247,15 +247,17 @@ def test_an_allocation_of_other_devices_is_taken_back_before_slurms_is_written()
 
 # -- in the Pod's job ---------------------------------------------------------------------------
 def translated(p: dict[str, Any], known: dict[str, Any] | None, *,
-               mapping: DeviceMapping | None = MAPPING) -> dict[str, Any]:
+               mapping: DeviceMapping | None = MAPPING, free: dict[str, int] | None = None,
+               snap: Any = None) -> dict[str, Any]:
     from sunk.plans.placement import Snapshot
     from sunk.plans.translate import TranslateSettings, job_description
 
     p = copy.deepcopy(p)
     p["spec"]["containers"] = [{"name": "c", "resources": {"requests": {"cpu": "1",
                                                                         "memory": "1Gi"}}}]
-    return job_description(p, {}, Snapshot({}, {}), TranslateSettings(
-        scheduler_name="sunk", placeholder_script="/p.sh", devices=mapping), known)
+    seen = None if known is None else claims.ClaimsSeen(known, free or {})
+    return job_description(p, {}, snap or Snapshot({}, {}), TranslateSettings(
+        scheduler_name="sunk", placeholder_script="/p.sh", devices=mapping), seen)
 
 
 def test_the_pods_job_asks_slurm_for_its_claims_gpus() -> None:
@@ -290,3 +292,35 @@ def test_devices_another_claim_holds_are_never_handed_out_again() -> None:
     assert claims.held_elsewhere(want, [theirs, elsewhere]) == ["gpu-1 (claim ns/other)"]
     mine = claim("train-gpus", exactly(), allocation=want["train-gpus"])
     assert claims.held_elsewhere(want, [mine, elsewhere]) == []
+
+
+# -- devices Slurm does not know are taken --------------------------------------------------------
+def test_free_devices_leave_out_those_claims_hold_for_pods_slurm_does_not_know() -> None:
+    devices = claims.node_devices(SLICES, "n1", MAPPING)
+
+    def held(name: str, node: str, indexes: list[int], user: str) -> dict[str, Any]:
+        got = claims.allocation((ClaimRequest(name, "gpu", "gpu", None, len(indexes)),),
+                                indexes, claims.node_devices(SLICES, node, MAPPING) or devices,
+                                node, MAPPING)[name]
+        return claim(name, exactly(), allocation=got,
+                     reserved=[{"resource": "pods", "name": user, "uid": f"{user}-uid"}])
+
+    theirs = held("kube", "n1", [0, 1, 2], "web")  # kube-scheduler's Pod
+    ours = held("sunk", "n1", [3], "p")  # sunk's Pod: Slurm counts it
+    far = held("far", "n2", [0], "web2")
+    free = claims.free_devices(SLICES, [theirs, ours, far], MAPPING,
+                               lambda namespace, name: name == "p")
+    assert free == {"n1": 5, "n2": 7}
+
+
+def test_a_pod_is_kept_off_nodes_short_of_free_devices_and_waits_when_all_are() -> None:
+    from sunk.plans.placement import NodeInfo, Snapshot
+    from sunk.plans.translate import NoRoom
+
+    snap = Snapshot({"s1": "n1", "s2": "n2"}, {"n1": NodeInfo("n1"), "n2": NodeInfo("n2")})
+    known = {"train-gpus": claim("train-gpus", exactly(count=3))}
+    job = translated(pod(NAMED), known, free={"n1": 2, "n2": 8}, snap=snap)
+    assert job["excluded_nodes"] == ["s1"] and job["tres_per_node"] == "gres/gpu:3"
+    with pytest.raises(NoRoom, match="free of claims Slurm does not know"):
+        translated(pod(NAMED), known, free={"n1": 2, "n2": 1}, snap=snap)
+    assert "excluded_nodes" not in translated(pod(NAMED), known, snap=snap)
