@@ -218,28 +218,16 @@ def _running_bed(tmp_path: Path, pids: dict[str, int]) -> cluster.Testbed:
     return tb
 
 
-def test_a_running_bed_without_the_jobset_controller_is_restarted(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(os, "geteuid", lambda: 0)
-    old = _running_bed(tmp_path, {"kube-apiserver": os.getpid(), "lws-controller": os.getpid()})
-    monkeypatch.setattr(cluster.Testbed, "load", classmethod(lambda cls: old))
-
-    def down(**_: object) -> None:
-        raise _Stopped
-
-    monkeypatch.setattr(cluster, "down", down)
-    with pytest.raises(_Stopped):
-        cluster.up(kubernetes="1.37")
-
-
-def test_a_running_bed_without_the_dra_driver_is_restarted(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("parts", [("lws-controller", "dradriver"),  # no JobSet controller
+                                   ("lws-controller", "jobset-controller")])  # no DRA driver
+def test_a_running_bed_without_a_part_is_restarted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, parts: tuple[str, ...]) -> None:
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     old = _running_bed(tmp_path, {"kube-apiserver": os.getpid(),
-                                  "jobset-controller": os.getpid()})
+                                  **dict.fromkeys(parts, os.getpid())})
     monkeypatch.setattr(cluster.Testbed, "load", classmethod(lambda cls: old))
 
-    def down(**_: object) -> None:
+    def down(**_: object) -> None:  # never the real one: these pids are the test's own
         raise _Stopped
 
     monkeypatch.setattr(cluster, "down", down)
