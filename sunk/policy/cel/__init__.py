@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import lark
 from celpy.evaluation import Activation
 
+from sunk.policy.cel import _pinned  # noqa: F401  (first: a wrong cel-python says so)
 from sunk.policy.cel.compiler import ROOT_NAMES, CelCompileError, compile_tree
 from sunk.policy.cel.evaluator import FastEvaluator, bind_names
 from sunk.policy.cel.operators import FUNCTION_CHAIN
