@@ -34,9 +34,9 @@ from benchmarks.pods import (
     cpu_wait_seconds,
     create,
     log_offset,
+    mixed,
     pauses,
     pauses_between,
-    pod,
     summary,
 )
 from testbed import cluster
@@ -83,14 +83,15 @@ async def raw_phase(tb: cluster.Testbed, slurm: httpx.AsyncClient, rate: float,
 
 
 async def sunk_phase(kube: httpx.AsyncClient, running: RunningScheduler, rate: float,
-                     seconds: float, lifetime: float) -> dict[str, Any]:
+                     seconds: float, lifetime: float, unique_share: float = 0.5
+                     ) -> dict[str, Any]:
     created: dict[str, float] = {}
     offset = log_offset(running.log)
     async with BoundWatch(kube) as watch:
         async def one(i: int) -> None:
             name = f"open-{rate:g}-{i:04d}"
             created[name] = time.monotonic()
-            await create(kube, pod(name))
+            await create(kube, mixed(name, i, unique_share))
             try:
                 await watch.wait([name], WITHIN)
             except TimeoutError:
@@ -130,8 +131,9 @@ async def sunk_phase(kube: httpx.AsyncClient, running: RunningScheduler, rate: f
 
 
 async def run(tb: cluster.Testbed, running: RunningScheduler, rates: list[float],
-              seconds: float, lifetime: float) -> dict[str, Any]:
-    figures: dict[str, Any] = {"seconds": seconds, "lifetime": lifetime, "rates": {}}
+              seconds: float, lifetime: float, unique_share: float = 0.5) -> dict[str, Any]:
+    figures: dict[str, Any] = {"seconds": seconds, "lifetime": lifetime, "rates": {},
+                               "unique_share": unique_share}
     async with httpx.AsyncClient(base_url=tb.slurmrestd_url, headers=tb.slurm_headers(),
                                  timeout=60) as slurm, kube_client(tb) as kube:
         await kube.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
@@ -142,7 +144,7 @@ async def run(tb: cluster.Testbed, running: RunningScheduler, rates: list[float]
             raw = await raw_phase(tb, slurm, rate, seconds, lifetime)
             await drain(tb, slurm, kube)
             print(f"open loop: {rate:g} Pods/s for {seconds:.0f}s ...", file=sys.stderr)
-            ours = await sunk_phase(kube, running, rate, seconds, lifetime)
+            ours = await sunk_phase(kube, running, rate, seconds, lifetime, unique_share)
             await kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods",
                                params={"gracePeriodSeconds": "0"})
             figures["rates"][f"{rate:g}"] = {"raw": raw, "sunk": ours}

@@ -30,6 +30,30 @@ def pod(name: str, *, cpu: str = "1", memory: str = "100Mi",
                          "requests": {"cpu": cpu, "memory": memory}}}]}}
 
 
+PREFIX = "sunk.coreweave.com/"
+
+
+def unique(index: int, share: float) -> bool:
+    """Whether Pod ``index`` of a mix is one of a kind: spread evenly, ``share`` of them."""
+    return int((index + 1) * share) > int(index * share)
+
+
+def mixed(name: str, index: int, share: float) -> dict[str, Any]:
+    """Pod ``index`` of a mix where ``share`` of the Pods are each one of a kind, as from many
+    users: annotations of their own (comment, priority, time limit, a preferred feature) and
+    requests of their own, so the policy engine's memo has seen none of them; the others are
+    all alike (a memo hit after the first). Every one fits any node of the bed, and none waits
+    on another: the rate measured is the scheduler's."""
+    if not unique(index, share):
+        return pod(name)
+    return pod(name, cpu=f"{500 + index % 500}m", memory=f"{64 + index % 64}Mi", annotations={
+        PREFIX + "comment": f"run {index} of user-{index % 97}",
+        PREFIX + "priority": str(1000 + index),
+        PREFIX + "timeout": str(30 + index % 30),
+        PREFIX + "prefer": ("h100", "a100")[index % 2],
+        PREFIX + "exclusive": ("none", "ok")[index % 2]})
+
+
 async def create(kube: httpx.AsyncClient, manifest: dict[str, Any]) -> None:
     r = await kube.post(f"/api/v1/namespaces/{NAMESPACE}/pods", json=manifest)
     r.raise_for_status()

@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 
 from benchmarks import cpu, gangs, openloop, results, scale
+from benchmarks import pods as pods_module
 from benchmarks import report as report_module
 from benchmarks.bed import StartedReports, bounded, drain, kube_client, on_bed
 from benchmarks.pods import difference, scheduler_requests
@@ -119,7 +120,8 @@ async def _api_requests(kube: httpx.AsyncClient) -> dict[str, float]:
 
 
 async def through_sunk(kube: httpx.AsyncClient, count: int,
-                      profiled: RunningScheduler | None = None) -> Phase:
+                      profiled: RunningScheduler | None = None,
+                      unique_share: float = 0.5) -> Phase:
     created: dict[str, float] = {}
     bound: dict[str, float] = {}
     t0, cpu0 = time.monotonic(), cpu.sample()
@@ -127,11 +129,7 @@ async def through_sunk(kube: httpx.AsyncClient, count: int,
     def create(i: int) -> Any:
         async def call() -> None:
             name = f"p-{i:04d}"
-            pod = {"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"name": name, "namespace": NAMESPACE},
-                   "spec": {"schedulerName": NAME, "terminationGracePeriodSeconds": 1,
-                            "containers": [{"name": "c", "image": "busybox", "resources": {
-                                "requests": {"cpu": "1", "memory": "100Mi"}}}]}}
+            pod = pods_module.mixed(name, i, unique_share)
             created[name] = time.monotonic()
             r = await kube.post(f"/api/v1/namespaces/{NAMESPACE}/pods", json=pod)
             r.raise_for_status()
@@ -170,7 +168,8 @@ async def _watch_bound(kube: httpx.AsyncClient, bound: dict[str, float], count: 
 
 
 async def run(tb: cluster.Testbed, pods: int, running: RunningScheduler,
-              profile: bool = False) -> tuple[Phase, Phase, dict[str, float]]:
+              profile: bool = False, unique_share: float = 0.5
+              ) -> tuple[Phase, Phase, dict[str, float]]:
     async with httpx.AsyncClient(base_url=tb.slurmrestd_url, headers=tb.slurm_headers(),
                                  timeout=60) as slurm, kube_client(tb) as kube:
         await kube.post("/api/v1/namespaces", json={"apiVersion": "v1", "kind": "Namespace",
@@ -180,9 +179,10 @@ async def run(tb: cluster.Testbed, pods: int, running: RunningScheduler,
         async with StartedReports(tb) as reports:
             raw = await baseline(slurm, pods, reports)
             await drain(tb, slurm, kube)
-        print(f"sunk: {pods} Pods through the API server ...", file=sys.stderr)
+        print(f"sunk: {pods} Pods through the API server ({unique_share:.0%} one of a kind) "
+              "...", file=sys.stderr)
         before = await scheduler_requests(running.url("metrics"))
-        ours = await through_sunk(kube, pods, running if profile else None)
+        ours = await through_sunk(kube, pods, running if profile else None, unique_share)
         requests = difference(before, await scheduler_requests(running.url("metrics")), pods)
         print(f"sunk: {pods} Pods bound; cleaning up ...", file=sys.stderr)
         await kube.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods",
@@ -192,6 +192,13 @@ async def run(tb: cluster.Testbed, pods: int, running: RunningScheduler,
 
 
 KUBE_PARTS = ("kube-apiserver", "etcd", "kwok")
+
+
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"a share from 0 to 1, not {text}")
+    return value
 
 
 def _per_item(phase: Phase, part: str) -> float:
@@ -262,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, help="test bed nodes (default: 100; 32 for gang)")
     results.add_json_argument(p)
     p.add_argument("--pods", type=int, default=400, help="saturate: Pods (and raw jobs)")
+    p.add_argument("--unique-share", type=_share, default=0.5,
+                   help="saturate, open-loop: the share of Pods each one of a kind (their own "
+                        "annotations and requests, as from many users; the rest alike)")
     p.add_argument("--profile", action="store_true",
                    help="saturate: profile the scheduler's CPU in the sunk phase "
                         "(sunk.runtime.profiling; written to /tmp/sunk-scheduler-<pid>.prof); "
@@ -286,11 +296,12 @@ def main(argv: list[str] | None = None) -> int:
 async def _scenario(args: argparse.Namespace, tb: cluster.Testbed,
                     running: RunningScheduler) -> tuple[dict[str, Any], list[results.Plot]]:
     if args.scenario == "saturate":
-        raw, ours, requests = await run(tb, args.pods, running, args.profile)
-        return saturate_figures(raw, ours, requests), []
+        raw, ours, requests = await run(tb, args.pods, running, args.profile, args.unique_share)
+        return {**saturate_figures(raw, ours, requests), "unique_share": args.unique_share}, []
     if args.scenario == "open-loop":
         rates = [float(r) for r in args.rates.split(",")]
-        return await openloop.run(tb, running, rates, args.seconds, args.lifetime), []
+        return await openloop.run(tb, running, rates, args.seconds, args.lifetime,
+                                  args.unique_share), []
     if args.scenario == "scale":
         steps = [int(n) for n in args.steps.split(",")]
         figures = await scale.run(tb, running, steps, args.pending, args.probe, args.quiet,
