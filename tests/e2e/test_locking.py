@@ -35,6 +35,19 @@ async def node_taints(kube: Client, node: TestbedNode) -> list[str]:
         return [t["key"] for t in r.json()["spec"].get("taints") or []]
 
 
+def logged_at(log: Path, text: str, offset: int = 0) -> float | None:
+    """When the scheduler's log first says ``text`` past byte ``offset`` (epoch seconds; its
+    lines carry local time to the millisecond), or None."""
+    with log.open("rb") as f:
+        f.seek(offset)
+        lines = f.read().decode(errors="replace").splitlines()
+    for line in lines:
+        if text in line:
+            stamp, millis = line[:23].split(",")
+            return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(millis) / 1000
+    return None
+
+
 class LockWatcher:
     """Records every lock state a node's slurmd Pod goes through, with the time it was seen.
     A watch, not polling: a state may last only milliseconds and must still be seen."""
@@ -155,6 +168,7 @@ async def test_a_slurm_job_starts_only_after_the_node_is_cleared_then_it_is_unlo
     await eventually(all_running)
     watcher = LockWatcher(kube, node)
     await asyncio.wait_for(watcher.watching.wait(), 10)
+    logged = scheduler.log.stat().st_size
     try:
         marker = f"/tmp/sunk-lock-test-{namespace}"
         job_id = sbatch(testbed, node, f"date +%s.%N > {marker}; sleep 3")
@@ -169,8 +183,16 @@ async def test_a_slurm_job_starts_only_after_the_node_is_cleared_then_it_is_unlo
         web = await get_pod(kube, namespace, "web")
         # A normal lock answers once the eviction is accepted (docs: normal vs strict locks).
         assert web is None or web["metadata"].get("deletionTimestamp"), "not evicted"
+
+        async def seen_locked() -> bool:  # the watch may bring a write a moment after it
+            return "locked" in watcher.states()
+
+        await eventually(seen_locked, within=10)
         assert watcher.states()[:3] == ["false", "pending", "locked"], watcher.seen
-        assert watcher.first("locked") <= started + 0.05, "the script started before the lock"
+        # when the scheduler had written "locked" (it logs once the API server took it)
+        locked = logged_at(scheduler.log, f"({node.slurm_name}): lock pending -> locked", logged)
+        assert locked is not None and locked <= started + 0.05, (
+            f"the script started at {started:.3f}, before the lock ({locked})")
         assert LOCK in await node_taints(kube, node)
         for stays in ("logs-agent", "tolerant"):
             pod = await get_pod(kube, namespace, stays)
