@@ -64,16 +64,22 @@ class LockWatcher:
             self.seen.append((time.time(), state))
 
     async def _run(self) -> None:
-        pod = await slurmd_pod(self.kube, self.node)
-        self._saw(pod)
-        params = {"watch": "true", "fieldSelector": f"metadata.name={self.node.slurmd_pod}",
-                  "resourceVersion": pod["metadata"]["resourceVersion"]}
-        async with self.kube.watch_lines("pods", namespace=SLURM_NAMESPACE,
-                                         params=params) as lines:
-            self.watching.set()
-            async for line in lines:
-                if line.strip():
-                    self._saw(json.loads(line)["object"])
+        """Watch until stopped, from the Pod as it is now (no resourceVersion: the watch opens
+        with the Pod's current state; one from the Pod's own version is refused, 410 Gone,
+        when that version is older than a restarted API server's watch cache). A watch the
+        API server ends is opened again."""
+        while True:
+            params = {"watch": "true", "fieldSelector": f"metadata.name={self.node.slurmd_pod}"}
+            async with self.kube.watch_lines("pods", namespace=SLURM_NAMESPACE,
+                                             params=params) as lines:
+                self.watching.set()
+                async for line in lines:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        break
+                    self._saw(event["object"])
 
     def states(self) -> list[str]:
         return [s for _, s in self.seen]
