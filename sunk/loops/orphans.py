@@ -8,6 +8,7 @@ reconcile's: :mod:`sunk.plans.decide`, DELETE_POD.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping
 
@@ -35,9 +36,12 @@ def why_orphaned(job_id: int, job: Job, *, newest: Mapping[str, int], live: set[
     return None if newest.get(who.uid) == job_id else "its gang has a newer job"
 
 
-async def collect(cluster: Cluster, executor: Executor, interval: float = 30.0) -> None:
+async def collect(cluster: Cluster, executor: Executor, interval: float = 30.0,
+                  wake: asyncio.Event | None = None) -> None:
     """Every ``interval`` seconds, cancel the orphaned jobs; the first time right away: the
-    orphans left while the scheduler was down go now."""
+    orphans left while the scheduler was down go now. ``wake`` set (Slurm answers again after
+    an outage): at once, not at the next round, so a job whose Pod went while Slurm was away
+    ends as soon as it can."""
     while True:
         live = {p["metadata"]["uid"] for p in cluster.pods()}
         members = {member_id(uid) for uid in live}
@@ -54,4 +58,9 @@ async def collect(cluster: Cluster, executor: Executor, interval: float = 30.0) 
                 metrics.ORPHANS_CANCELLED.inc()
             except SlurmError as exc:
                 log.warning("cancelling orphaned job %d failed: %s", job_id, exc)
-        await asyncio.sleep(interval)
+        if wake is None:
+            await asyncio.sleep(interval)
+            continue
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), interval)
+        wake.clear()

@@ -72,6 +72,7 @@ class Scheduler:
         self.waiting = WaitingReporter(cluster, executor)
         #: Pods waiting for room on some Node: woken when a Pod leaves a Node.
         self._waiting_for_room: set[QueueKey] = set()
+        self._orphans_wake = asyncio.Event()  # Slurm answers again: look for orphans now
         #: What each Pod's last successful reconcile left: its echoes are not reconciled.
         self.settled = SettledPods(cluster, self.owned)
 
@@ -87,8 +88,8 @@ class Scheduler:
             tasks.create_task(forever("polling Slurm's nodes", self.watch.poll_nodes))
             if self.cluster.scheduling:
                 tasks.create_task(forever("polling Slurm's jobs", self.watch.poll_jobs))
-                tasks.create_task(forever("collecting orphaned jobs",
-                                          lambda: orphans.collect(self.cluster, self.executor)))
+                tasks.create_task(forever("collecting orphaned jobs", lambda: orphans.collect(
+                    self.cluster, self.executor, wake=self._orphans_wake)))
                 tasks.create_task(self.waiting.run())
                 for _ in range(self.settings.workers):
                     tasks.create_task(self._work())
@@ -127,6 +128,7 @@ class Scheduler:
             log.info("Slurm answers again; listing its jobs and looking at every Pod")
             self.executor.fire(self.watch.relist())
             self._requeue_all()
+            self._orphans_wake.set()  # jobs whose Pod went meanwhile: cancelled now
 
     def kube_back(self) -> None:
         if self.cluster.ready.is_set():
