@@ -57,10 +57,20 @@ def resource_slice(node: dict[str, Any]) -> dict[str, Any]:
 
 def sync(kube: httpx.Client) -> None:
     """One pass: the DeviceClass, and a slice for every kwok Node that has none."""
-    if kube.get(f"{API}/deviceclasses/{DRIVER}").status_code == 404:
+    found = kube.get(f"{API}/deviceclasses/{DRIVER}")
+    if found.status_code == 404:
         kube.post(f"{API}/deviceclasses", json=device_class()).raise_for_status()
-    have = {s["metadata"]["name"] for s in kube.get(f"{API}/resourceslices").json()["items"]}
-    for node in kube.get("/api/v1/nodes").json()["items"]:
+    else:
+        found.raise_for_status()  # an API server starting up (503): retried, not a crash
+
+    def items(path: str) -> list[dict[str, Any]]:
+        r = kube.get(path)
+        r.raise_for_status()
+        listed: list[dict[str, Any]] = r.json()["items"]
+        return listed
+
+    have = {s["metadata"]["name"] for s in items(f"{API}/resourceslices")}
+    for node in items("/api/v1/nodes"):
         annotations = node["metadata"].get("annotations") or {}
         if annotations.get(FAKE[0]) != FAKE[1] or slice_name(node["metadata"]["name"]) in have:
             continue
@@ -81,7 +91,7 @@ def main() -> None:
                 while True:
                     sync(kube)
                     time.sleep(POLL_SECONDS)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, KeyError, ValueError) as exc:  # an API server away or odd
             print(f"dradriver: {exc!r}; retrying", flush=True)
             time.sleep(POLL_SECONDS)
 

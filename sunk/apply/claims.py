@@ -9,7 +9,9 @@ the same devices (or finds them written).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections import OrderedDict
 
 from sunk import kube, objects
 from sunk.apply.ports import KubePort, SlurmPort
@@ -30,6 +32,9 @@ class ClaimAllocator:
         self.kube = kube_port
         self.slurm = slurm
         self.mapping = mapping
+        #: Job id -> each node's GRES, as Slurm gave it (a running job's never changes): a
+        #: gang's members, bound at once, share one read. The newest few jobs only.
+        self._gres: OrderedDict[int, asyncio.Future[dict[str, str]]] = OrderedDict()
 
     async def allocate(self, pod: kube.Obj, k8s_node: str, slurm_node: str, job_id: int) -> None:
         """Allocate the Pod's claims from job ``job_id``'s GPUs on ``slurm_node`` (hosted by
@@ -45,7 +50,7 @@ class ClaimAllocator:
             asked = claims.claim_requests(pod, known, self.mapping)
             if not asked:
                 return
-            detail = (await self.slurm.job_gres(job_id)).get(slurm_node, "")
+            detail = (await self._job_gres(job_id)).get(slurm_node, "")
             indexes = claims.gres_indexes(detail, asked[0].gres)
             devices = claims.node_devices(self.cluster.devices.slices(), k8s_node, self.mapping)
             wanted = claims.allocation(asked, indexes, devices, k8s_node, self.mapping)
@@ -68,3 +73,13 @@ class ClaimAllocator:
             log.info("pod %s: claim %s allocated %s on %s (job %d: %s)", key, name,
                      ", ".join(r["device"] for r in allocation["devices"]["results"]),
                      k8s_node, job_id, detail)
+
+    async def _job_gres(self, job_id: int, keep: int = 64) -> dict[str, str]:
+        """One read of the job's GRES, shared by the members that ask at once; a read that
+        failed or found none yet is not kept."""
+        read = self._gres.get(job_id)
+        if read is None or (read.done() and (read.exception() or not read.result())):
+            read = self._gres[job_id] = asyncio.ensure_future(self.slurm.job_gres(job_id))
+            while len(self._gres) > keep:
+                self._gres.popitem(last=False)
+        return await asyncio.shield(read)

@@ -19,7 +19,7 @@ on another node.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,7 +77,8 @@ class ClaimsSeen:
 
 
 def free_devices(slices: Iterable[Mapping[str, Any]], all_claims: Iterable[Mapping[str, Any]],
-                 mapping: DeviceMapping, slurm_knows: Any) -> dict[str, int]:
+                 mapping: DeviceMapping, slurm_knows: Callable[[str, str], bool]
+                 ) -> dict[str, int]:
     """Each Node's devices of the mapped driver, less those a claim holds for Pods Slurm does
     not know of (``slurm_knows(namespace, pod name)``: a Pod sunk placed). Slurm counts its own
     jobs' and sunk's Pods' GPUs; these it does not."""
@@ -91,7 +92,7 @@ def free_devices(slices: Iterable[Mapping[str, Any]], all_claims: Iterable[Mappi
         meta = claim.get("metadata") or {}
         status = claim.get("status") or {}
         users = [r for r in status.get("reservedFor") or () if isinstance(r, Mapping)]
-        if any(slurm_knows(meta.get("namespace"), r.get("name")) for r in users):
+        if any(slurm_knows(str(meta.get("namespace")), str(r.get("name"))) for r in users):
             continue
         for driver, pool, _ in allocated_devices(claim):
             node = _allocated_node(status.get("allocation") or {}) or pool

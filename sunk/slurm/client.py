@@ -95,19 +95,17 @@ def _typed(r: http.Answer, decode: Callable[[bytes | bytearray], _Listing]) -> _
 
 
 def _readable(records: list[dict[str, Any]]) -> list[Job]:
-    """The jobs of a listing, a heterogeneous job as its leader (:meth:`Job.from_listing`); a
+    """The jobs of a listing, a heterogeneous job as its leader (:meth:`Job.folded`); a
     record without a usable job id is skipped (and logged), not a reason to fail adopting
     every other job."""
-    usable = []
+    jobs = []
     for raw in records:
         try:
-            Job.from_api(raw)
+            jobs.append(Job.from_api(raw))
         except (KeyError, TypeError, ValueError):
             log.warning("skipping a job record slurmrestd listed without a usable job_id: %.200r",
                         raw)
-            continue
-        usable.append(raw)
-    return Job.from_listing(usable)
+    return Job.folded(jobs)
 
 
 #: The error number slurmrestd gives a cancel that never reached slurmctld, or whose answer
@@ -221,14 +219,11 @@ class SlurmClient:
         listing is: the answer is about 18 kB, and a prolog's lock reads one for every job
         (as dicts, about 0.3 ms of CPU). A heterogeneous job's component is read as its
         leader, with every component's nodes (Slurm answers a leader with all of them)."""
-        records = await self._job_records(job_id)
-        if not records:
-            return None
-        first = Job.from_api(records[0])
-        if first.component:
-            records = await self._job_records(first.het_job_id)
-        jobs = Job.from_listing(records)
-        return jobs[0] if jobs else None
+        jobs = [Job.from_api(raw) for raw in await self._job_records(job_id)]
+        if jobs and jobs[0].component:
+            jobs = [Job.from_api(raw) for raw in await self._job_records(jobs[0].het_job_id)]
+        folded = Job.folded(jobs)
+        return folded[0] if folded else None
 
     async def _job_records(self, job_id: int) -> list[dict[str, Any]]:
         path = f"/job/{job_id}"

@@ -140,7 +140,7 @@ class Job:
     #: When this record was read from Slurm, or its state last changed (monotonic seconds).
     checked_at: float = field(default_factory=time.monotonic)
     #: A heterogeneous job's leader id (0: not one) and this record's offset in it: Slurm lists
-    #: each component as a job of its own; sunk follows the leader (:meth:`from_listing`).
+    #: each component as a job of its own; sunk follows the leader (:meth:`folded`).
     het_job_id: int = 0
     het_offset: int = 0
     #: A heterogeneous leader read with its components: each component's nodes, in order
@@ -179,13 +179,12 @@ class Job:
                    het_job_id=_count(raw.get("het_job_id")),
                    het_offset=_count(raw.get("het_job_offset")))
 
-    @classmethod
-    def from_listing(cls, records: list[dict[str, Any]]) -> list[Job]:
+    @staticmethod
+    def folded(jobs: list[Job]) -> list[Job]:
         """The jobs of a listing, each heterogeneous job as its leader with every component's
         nodes (:attr:`components`); a component whose leader is not listed is left out. A
         heterogeneous job's components start and end together: its leader's state is the
         job's."""
-        jobs = [cls.from_api(raw) for raw in records]
         parts: dict[int, dict[int, str]] = {}
         for job in jobs:
             if job.het_job_id:

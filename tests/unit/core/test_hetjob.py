@@ -191,8 +191,9 @@ def record(job_id: int, leader: int, offset: int, nodes: str, state: str = "RUNN
 def test_a_listing_gives_a_heterogeneous_job_as_its_leader_with_every_components_nodes() -> None:
     plain = {"job_id": 5, "job_state": ["PENDING"], "nodes": "",
              "het_job_id": {"set": True, "infinite": False, "number": 0}}
-    jobs = Job.from_listing([record(11, 10, 1, "g[1-2]"), plain, record(10, 10, 0, "c1"),
-                             record(21, 20, 1, "x1")])  # 20's leader is not listed
+    jobs = Job.folded([Job.from_api(r) for r in (
+        record(11, 10, 1, "g[1-2]"), plain, record(10, 10, 0, "c1"),
+        record(21, 20, 1, "x1"))])  # 20's leader is not listed
     assert [(j.job_id, j.nodes, j.components) for j in jobs] == [
         (5, "", ()), (10, "c1,g[1-2]", ("c1", "g[1-2]"))]
     assert not jobs[1].component and Job.from_api(record(11, 10, 1, "g1")).component
