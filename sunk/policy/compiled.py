@@ -15,17 +15,18 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from celpy import celtypes
-from celpy.evaluation import Activation, CELEvalError
+from celpy.evaluation import CELEvalError
 
 from sunk.policy.cel import (
     CelCompileError,
     Program,
     Read,
+    Scope,
+    Variables,
     compile_expression,
     describe_error,
-    new_activation,
+    is_bool,
     run_all,
-    to_cel,
     type_name,
 )
 from sunk.policy.decision import EvaluationError, MappingValue, Outcome, Violation
@@ -43,6 +44,7 @@ from sunk.policy.model import (
 
 POLICY_ERROR_REASON: Final = "PolicyError"
 MAX_MESSAGE_LENGTH: Final = 1024  # an Event's note is at most 1 kB
+_BOOLS: Final = frozenset({bool, celtypes.BoolType})
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,38 +63,6 @@ class _Mapping:
     type: str
 
 
-class _Pending:
-    """Marks a variable not yet computed for this Pod."""
-
-
-_PENDING: Final[Any] = _Pending()
-
-
-class _LazyVariables(celtypes.MapType):
-    """``variables``: each one computed when first read, then kept for this Pod and policy.
-
-    This is Kubernetes' behaviour, and it saves the work of variables only some paths need.
-    Load-time checks ensure a variable reads only those defined before it, so there is no cycle.
-    """
-
-    def __init__(self, programs: Mapping[str, Program]) -> None:
-        super().__init__()
-        self._programs = programs
-        self.activation = _NO_ACTIVATION
-        for name in programs:
-            dict.__setitem__(self, celtypes.StringType(name), _PENDING)
-
-    def __getitem__(self, key: Any) -> Any:
-        value = dict.__getitem__(self, key)  # MapType's own adds only a key-type check
-        if value is _PENDING:
-            value = self._programs[key].run(self.activation)
-            dict.__setitem__(self, key, value)
-        return value
-
-
-_NO_ACTIVATION: Final = Activation()
-
-
 class CompiledPolicy:
     """One policy document with every expression compiled; evaluated many times."""
 
@@ -105,10 +75,7 @@ class CompiledPolicy:
         self.fail = spec.failure_policy == "Fail"
         self.actions: tuple[Action, ...] = tuple(spec.validation_actions)
         self._issues: list[PolicyIssue] = []
-        try:
-            self.params = to_cel(spec.params)
-        except ValueError as error:  # pydantic's JsonValue already excludes this
-            self._issue("spec.params", str(error))
+        self.params = spec.params  # JSON, as the Pod is
         # What variables.x may name: those defined before (broken ones too, reported once).
         self._scope: list[str] = []
         self.variables = self._compile_variables(spec.variables)
@@ -117,6 +84,9 @@ class CompiledPolicy:
         self.mappings = self._compile_mappings(spec.mappings)
         if self._issues:
             raise PolicyLoadError(self._issues)
+        self._variable_closures = {
+            name: program.closure for name, program in self.variables.items()
+        }
         self._validation_programs = [validation.program for validation in self.validations]
         self._mapping_programs = [mapping.program for mapping in self.mappings]
         programs = [
@@ -189,27 +159,27 @@ class CompiledPolicy:
 
     def evaluate(self, values: Mapping[str, Any], outcome: Outcome) -> None:
         """Add this policy's violations, errors and mappings for one Pod to ``outcome``."""
-        variables = _LazyVariables(self.variables)
-        activation = new_activation({**values, "params": self.params, "variables": variables})
-        variables.activation = activation
+        variables = Variables(self._variable_closures)
+        scope = {**values, "params": self.params, "variables": variables}
+        variables.scope = scope
         for where, program in self.match_conditions:
-            result = program.run(activation)
-            if not isinstance(result, celtypes.BoolType):
+            result = program.run(scope)
+            if type(result) not in _BOOLS:
                 self.record_error(outcome, where, _problem(result, "bool"))
                 return
             if not result:
                 return
         denied = len(outcome.denials)
-        results = run_all(self._validation_programs, activation)
+        results = run_all(self._validation_programs, scope)
         for validation, result in zip(self.validations, results, strict=True):
-            if not isinstance(result, celtypes.BoolType):
+            if type(result) not in _BOOLS:
                 self.record_error(outcome, validation.field, _problem(result, "bool"))
             elif not result:
-                message = self._message(validation, activation, outcome)
+                message = self._message(validation, scope, outcome)
                 self._violate(outcome, validation.reason, message)
         if len(outcome.denials) > denied:
             return  # a denied Pod gets no job: its mappings would only add noise
-        results = run_all(self._mapping_programs, activation)
+        results = run_all(self._mapping_programs, scope)
         for mapping, result in zip(self.mappings, results, strict=True):
             if result is None:
                 continue
@@ -221,9 +191,9 @@ class CompiledPolicy:
                 outcome.mappings[mapping.name] = value
                 outcome.mapped_by[mapping.name] = self.name
 
-    def _message(self, validation: _Validation, activation: Activation, outcome: Outcome) -> str:
+    def _message(self, validation: _Validation, scope: Scope, outcome: Outcome) -> str:
         if validation.message_program is not None:
-            text = validation.message_program.run(activation)
+            text = validation.message_program.run(scope)
             if isinstance(text, str) and text:
                 return _clip(str(text))
             where = validation.field.replace(".expression", ".messageExpression")
@@ -254,9 +224,9 @@ def _to_python(value: Any, kind: str) -> MappingValue | None:
     """The mapping's value as plain Python, or None if it is not of the declared type."""
     if kind == "string" and isinstance(value, str):
         return str(value)
-    if kind == "int" and isinstance(value, celtypes.IntType | celtypes.UintType):
+    if kind == "int" and type(value) in (int, celtypes.IntType, celtypes.UintType):
         return int(value)
-    if kind == "bool" and isinstance(value, celtypes.BoolType):
+    if kind == "bool" and is_bool(value):
         return bool(value)
     if (
         kind == "list(string)"

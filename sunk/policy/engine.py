@@ -15,7 +15,7 @@ counted and written for every Pod alike.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Final
@@ -51,7 +51,7 @@ class PolicyEngine:
         self.settings: Mapping[str, Any] = MappingProxyType(
             {**DEFAULT_SETTINGS, **(settings or {})}
         )
-        self._settings = to_cel(dict(self.settings))
+        self._settings = dict(self.settings)  # JSON, as the Pod is
         # What the policies read of object and namespaceObject, by root name.
         self.reads: Mapping[str, tuple[Path, ...]] = MappingProxyType(
             minimal(read for policy in self.policies for read in policy.reads)
@@ -104,7 +104,9 @@ class PolicyEngine:
         if known is not None:
             decision = _own_copy(known)
         else:
-            decision, clean = self._evaluate(pod, namespace)
+            # A key is made only of plain JSON; without the memo, the same check.
+            plain = key is not None or (self._memo is None and self._plain(pod, namespace))
+            decision, clean = self._evaluate(pod, namespace, plain=plain)
             if key is not None and clean and self._memo is not None:
                 self._memo.put(key, _own_copy(decision))
         metrics.count(decision)
@@ -126,16 +128,28 @@ class PolicyEngine:
         except Exception:  # not a mapping: evaluating reports it
             return None
 
+    def _plain(self, pod: Mapping[str, Any], namespace: Mapping[str, Any] | None) -> bool:
+        try:
+            ns = None if namespace is None else dict(namespace)
+            return self._keys.is_plain(without_managed_fields(pod), ns)
+        except Exception:  # not a mapping: evaluating reports it
+            return False
+
     def _evaluate(
-        self, pod: Mapping[str, Any], namespace: Mapping[str, Any] | None
+        self, pod: Mapping[str, Any], namespace: Mapping[str, Any] | None, *, plain: bool
     ) -> tuple[Decision, bool]:
-        """The decision, and whether it came without an exception (only then is it kept)."""
+        """The decision, and whether it came without an exception (only then is it kept).
+
+        Plain JSON is read as it is; anything else is converted to CEL values first, which
+        refuses what CEL cannot hold (an integer beyond 64 bits, a set).
+        """
         outcome = Outcome()
         clean = True
+        convert: Callable[[Any], Any] = _as_it_is if plain else to_cel
         try:
             values = {
-                "object": to_cel(without_managed_fields(pod)),
-                "namespaceObject": None if namespace is None else to_cel(dict(namespace)),
+                "object": convert(without_managed_fields(pod)),
+                "namespaceObject": None if namespace is None else convert(dict(namespace)),
                 "settings": self._settings,
             }
         except Exception as error:  # not JSON data, or nested too deeply
@@ -153,6 +167,10 @@ class PolicyEngine:
                     _log.exception("policy %s failed on a Pod", policy.name)
                     policy.record_error(outcome, "spec", f"internal error: {describe_error(error)}")
         return outcome.decision(), clean
+
+
+def _as_it_is(value: Any) -> Any:
+    return value
 
 
 def _own_copy(decision: Decision) -> Decision:

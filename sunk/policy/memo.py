@@ -85,14 +85,22 @@ class KeyMaker:
         the Namespace or None.
         """
         try:
-            whole = _encode([pod, namespace])
-            if not _plain(whole, [pod, namespace]):
+            if not self.is_plain(pod, namespace):
                 return None
             found = [walk(pod, path) for path in self.object_paths]
             found += [walk(namespace, path) for path in self.namespace_paths]
             return hashlib.blake2b(_encode(found), digest_size=16).digest()
         except (TypeError, ValueError, OverflowError, RecursionError, msgspec.MsgspecError):
             return None
+
+    @staticmethod
+    def is_plain(pod: Any, namespace: Any) -> bool:
+        """Whether the Pod and Namespace are plain JSON data that policies can read as they are
+        (see :mod:`sunk.policy.cel.native`), with no integer beyond 64 bits."""
+        try:
+            return _plain(_encode([pod, namespace]), [pod, namespace])
+        except (TypeError, ValueError, OverflowError, RecursionError, msgspec.MsgspecError):
+            return False
 
 
 def walk(value: Any, path: Path) -> list[Any]:
@@ -110,7 +118,9 @@ def _plain(encoded: bytes, value: Any) -> bool:
     """Whether ``value`` (encoded as ``encoded``) is JSON data, read back as it is."""
     if _DIGIT_RUN in encoded.translate(_ONLY_DIGITS):
         return False  # perhaps an integer beyond 64 bits (or a long number in a string)
-    if _depth(encoded) > MAX_DEPTH:
+    # Fewer brackets than the limit (strings' included) cannot nest deeper: most Pods.
+    few = encoded.count(b"[") + encoded.count(b"{") <= MAX_DEPTH
+    if not few and _depth(encoded) > MAX_DEPTH:
         return False
     # Equal after a round trip: no NaN, no non-string key, no set, tuple, Decimal or datetime.
     return bool(_decode(encoded) == value)

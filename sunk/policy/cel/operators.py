@@ -87,7 +87,7 @@ FUNCTION_CHAIN: Final[ChainMap[str, Callable[..., Result]]] = ChainMap(_FUNCTION
 
 
 def apply_operator(
-    tree: Tree, name: str, function: Callable[..., Result], *args: Result
+    tree: Tree | None, name: str, function: Callable[..., Result], *args: Result
 ) -> Result:
     """``function(*args)`` for operator ``name``; what cel-python lets escape as an exception
     is an error value, as CEL defines it."""
@@ -112,11 +112,20 @@ def call_function(
     """``function(*arguments)``; a Python exception becomes an error value naming the call."""
     try:
         return function(*arguments)
-    except (TypeError, AttributeError, ValueError, OverflowError) as error:
-        kinds = ", ".join(type_name(argument) for argument in arguments)
-        message = f"no matching overload for {token.value}({kinds})"
-        if isinstance(error, ValueError | OverflowError):
-            message = f"{token.value}: {error}"
-        result = CELEvalError(message, error.__class__, error.args, token=token)
-        result.__cause__ = error
-        return result
+    except CALL_ERRORS as error:
+        return call_failed(token, error, arguments)
+
+
+CALL_ERRORS: Final = (TypeError, AttributeError, ValueError, OverflowError)
+"""What a function raises for arguments it does not take: an error value, not a crash."""
+
+
+def call_failed(token: lark.Token, error: Exception, arguments: list[Result]) -> CELEvalError:
+    """The error value of a call that raised ``error``."""
+    kinds = ", ".join(type_name(argument) for argument in arguments)
+    message = f"no matching overload for {token.value}({kinds})"
+    if isinstance(error, ValueError | OverflowError):
+        message = f"{token.value}: {error}"
+    result = CELEvalError(message, error.__class__, error.args, token=token)
+    result.__cause__ = error
+    return result

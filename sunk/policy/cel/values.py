@@ -66,9 +66,9 @@ def type_name(value: object) -> str:
 
 
 _TYPE_NAMES: Final[tuple[tuple[type | tuple[type, ...], str], ...]] = (
-    (celtypes.BoolType, "bool"),
-    ((celtypes.IntType, celtypes.UintType), "int"),
-    (celtypes.DoubleType, "double"),
+    ((celtypes.BoolType, bool), "bool"),
+    ((celtypes.IntType, celtypes.UintType, int), "int"),
+    ((celtypes.DoubleType, float), "double"),
     (str, "string"),
     (bytes, "bytes"),
     (list, "list"),
