@@ -316,7 +316,7 @@ def _start_kubernetes(tb: Testbed, bins: build.Binaries) -> None:
     tb.kubeconfig.chmod(0o600)
     etcd_url = f"http://127.0.0.1:{tb.ports['etcd']}"
     peer_url = f"http://127.0.0.1:{tb.ports['etcd_peer']}"
-    tb.pids["etcd"] = procs.start([
+    tb.pids["etcd"] = _launch(tb, "etcd", [
         str(bins.etcd), "--name=testbed", f"--data-dir={tb.path / 'etcd'}",
         f"--listen-client-urls={etcd_url}", f"--advertise-client-urls={etcd_url}",
         f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
@@ -355,16 +355,22 @@ def _launch(tb: Testbed, name: str, cmd: list[str], log: Path) -> int:
     return procs.start(cmd, log)
 
 
-#: The parts an outage test may kill and start again, and how to tell one is serving again.
-RESTARTABLE = ("kube-apiserver", "slurmctld", "slurmrestd", "slurmdbd")
+#: The parts an outage test may kill and start again, and how to tell one is serving again;
+#: each slurmd too (``slurmd:<Slurm node>``).
+RESTARTABLE = ("kube-apiserver", "slurmctld", "slurmrestd", "slurmdbd", "etcd", "kwok")
+
+
+def restartable(name: str) -> bool:
+    return name in RESTARTABLE or name.startswith("slurmd:")
 
 
 def kill_part(tb: Testbed, name: str, sig: int = signal.SIGKILL, *, wait: bool = True) -> None:
     """Stop one part of the bed as a crash would (SIGKILL by default; SIGTERM for a graceful
     stop), for outage tests. With ``wait``, return once it is gone (a graceful stop that takes
     more than 30 s is ended with SIGKILL: kube-apiserver stops serving at once but lingers)."""
-    if name not in RESTARTABLE:
-        raise TestbedError(f"{name} cannot be restarted; one of {', '.join(RESTARTABLE)}")
+    if not restartable(name) or name not in tb.cmds:
+        raise TestbedError(f"{name} cannot be restarted; one of {', '.join(RESTARTABLE)} or "
+                           "slurmd:<node> (of a bed started since it could)")
     pid = tb.pids[name]
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
@@ -376,7 +382,7 @@ def kill_part(tb: Testbed, name: str, sig: int = signal.SIGKILL, *, wait: bool =
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
         procs.wait_for(lambda: not procs.alive(pid), what=f"{name} to stop", timeout=30,
-                       log=tb.log(name))
+                       log=tb.log(name.replace(":", "-")))
 
 
 def start_part(tb: Testbed, name: str, *, timeout: float = 60) -> None:
@@ -384,13 +390,23 @@ def start_part(tb: Testbed, name: str, *, timeout: float = 60) -> None:
     until it serves."""
     if procs.alive(tb.pids[name]):
         return
-    tb.pids[name] = procs.start(tb.cmds[name], tb.log(name))
+    tb.pids[name] = procs.start(tb.cmds[name], tb.log(name.replace(":", "-")))
     tb.save()
     def kube_ready() -> bool:
         with tb.kube() as client:
             return client.get("/readyz").status_code == 200
 
+    if name.startswith("slurmd:"):  # registered again: not "not responding" (state ends in *)
+        node = name.partition(":")[2]
+        procs.wait_for(lambda: "*" not in tb.slurm("sinfo", "-h", "-N", "-n", node, "-o", "%t",
+                                                   timeout=5),
+                       what=name, timeout=timeout, log=tb.log(f"slurmd-{node}"),
+                       pid=tb.pids[name])
+        return
     ready = {
+        "etcd": lambda: httpx.get(f"http://127.0.0.1:{tb.ports['etcd']}/health",
+                                  timeout=2).status_code == 200,
+        "kwok": lambda: procs.alive(tb.pids["kwok"]),
         "kube-apiserver": kube_ready,
         "slurmctld": lambda: "is UP" in tb.slurm("scontrol", "ping", timeout=5),
         "slurmdbd": lambda: accounting.slurmdbd_serves(tb),
@@ -687,7 +703,7 @@ def _slurmd_pod_manifest(node: TestbedNode, suite: str) -> dict[str, Any]:
 
 def _create_kubernetes_objects(tb: Testbed, bins: build.Binaries) -> None:
     say(f"starting kwok and creating {tb.node_count} Nodes with their slurmd Pods")
-    tb.pids["kwok"] = procs.start([
+    tb.pids["kwok"] = _launch(tb, "kwok", [
         str(bins.kwok), f"--kubeconfig={tb.kubeconfig}", "--manage-all-nodes=false",
         "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
         "--node-ip=127.0.0.1", "--cidr=10.244.0.0/16",
@@ -824,8 +840,8 @@ def _start_slurm(tb: Testbed) -> None:
     if tb.accounting:
         accounting.wait_registered(tb)
     for node in tb.nodes:
-        tb.pids[f"slurmd:{node.slurm_name}"] = procs.start(
-            tb.chroot_cmd("slurmd", "-D", "-N", node.slurm_name),
+        tb.pids[f"slurmd:{node.slurm_name}"] = _launch(
+            tb, f"slurmd:{node.slurm_name}", tb.chroot_cmd("slurmd", "-D", "-N", node.slurm_name),
             tb.log(f"slurmd-{node.slurm_name}"))
     tb.save()
 

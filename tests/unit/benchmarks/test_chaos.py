@@ -3,7 +3,9 @@ plain looks at both sides: a checker that cannot fail proves nothing."""
 
 from __future__ import annotations
 
-from benchmarks.chaos import FAULTS, plan
+from benchmarks.chaos import plan
+from benchmarks.chaosfaults import FAULTS, SLURMCTLD_CRASH, plan_faults
+from benchmarks.chaoswork import RATES, gang, plan_work
 from benchmarks.invariants import JobLook, PodLook, Tracker, violations
 
 HOSTS = {"h100-000": "kwok-node-000", "h100-001": "kwok-node-001"}
@@ -13,13 +15,49 @@ GRACES = {"bound-pod-has-one-job": 45.0, "no-job-without-pod": 60.0}
 def test_a_seed_gives_one_plan_with_the_slurmctld_crashes_asked_for() -> None:
     first, again = plan(7, 12, slurmctld_crashes=5), plan(7, 12, slurmctld_crashes=5)
     assert first == again and first != plan(8, 12, slurmctld_crashes=5)
-    parts = [part for _, part, _ in first.faults]
-    assert parts.count("slurmctld") >= 5 and set(parts) <= set(FAULTS)
-    assert len(parts) >= 12, "about one a minute"
-    times = [at for at, _, _ in first.faults]
+    kinds = [f.kind for f in first.faults]
+    assert kinds.count(SLURMCTLD_CRASH) >= 5 and set(kinds) <= set(FAULTS)
+    assert len(kinds) >= 12, "about one a minute"
+    times = [f.at for f in first.faults]
     assert times == sorted(times) and times[0] > 0 and times[-1] < 12 * 60
-    assert 600 < len(first.creates) < 850, "about one Pod a second"
-    assert all(5 <= lifetime <= 90 for *_, lifetime in first.creates)
+    pods = [w for w in first.work if w.kind == "pod"]
+    assert 480 < len(pods) < 700, "about 0.8 Pods a second"
+    assert all(5 <= w.lifetime <= 90 for w in pods)
+
+
+def test_the_work_mixes_every_kind_at_its_rate_in_time_order() -> None:
+    work = plan_work(7, 30)
+    assert [w.at for w in work] == sorted(w.at for w in work)
+    counts = {kind: sum(w.kind == kind for w in work) for kind in RATES}
+    for kind, rate in RATES.items():
+        assert 0.6 * rate * 1800 < counts[kind] < 1.4 * rate * 1800, (kind, counts[kind])
+    gangs = [w for w in work if w.kind == "gang"]
+    assert {w.size for w in gangs} == set(range(2, 9)) and any(w.het for w in gangs)
+    assert all(0.1 <= w.lifetime <= 3 for w in work if w.kind == "mid-bind")
+    assert all(0 <= w.size < 8 for w in work if w.kind in ("sbatch", "cordon"))
+    assert len({w.name for w in work if w.name}) == sum(bool(w.name) for w in work)
+
+
+def test_a_gangs_members_carry_its_label_size_and_rank_and_a_het_one_differs() -> None:
+    (one,) = [w for w in plan_work(7, 30) if w.kind == "gang" and w.het][:1]
+    members = gang(one, "chaos", "sunk-chaos")
+    assert len(members) == one.size
+    labels = {m["metadata"]["labels"]["sunk.coreweave.com/gang"] for m in members}
+    assert labels == {one.name}
+    notes = [m["metadata"]["annotations"] for m in members]
+    assert [n["sunk.coreweave.com/gang-index"] for n in notes] == [
+        str(i) for i in range(one.size)]
+    assert {n["sunk.coreweave.com/gang-size"] for n in notes} == {str(one.size)}
+    cpus = [m["spec"]["containers"][0]["resources"]["requests"]["cpu"] for m in members]
+    assert cpus[0] == "1" and set(cpus[1:]) == {"2"}
+
+
+def test_faults_of_every_kind_short_and_long_only_of_the_kinds_asked_for() -> None:
+    faults = plan_faults(7, 60, slurmctld_crashes=5)
+    assert {f.kind for f in faults} == set(FAULTS)
+    assert any(f.down < 15 for f in faults) and any(f.down >= 30 for f in faults)
+    some = plan_faults(7, 12, slurmctld_crashes=5, kinds=("stop scheduler", "kill kwok"))
+    assert {f.kind for f in some} == {"stop scheduler", "kill kwok"}, "no crash not asked for"
 
 
 def test_a_bound_pod_with_its_one_running_job_on_its_node_holds() -> None:
@@ -63,18 +101,20 @@ def test_a_violation_counts_only_once_it_lasts_past_its_grace() -> None:
 
 
 def test_the_record_renders_each_invariant_with_its_violations() -> None:
-    from benchmarks.chaos import render
+    from benchmarks.chaosreport import render
     from benchmarks.invariants import INVARIANTS
 
     violation = {"invariant": "no-job-without-pod", "subject": "job 9", "since": 100.0,
                  "lasted": 61.0, "seen": "RUNNING on h100-000; its Pod is gone"}
     figures = {"minutes": 12, "seed": 7, "pods_created": 700, "faults": 13,
-               "faults_by_part": {"slurmctld": 5, "scheduler": 8}, "looks": 1400,
+               "faults_by_kind": {"kill slurmctld": 5, "stop scheduler": 8},
+               "work": {"pod": 690, "gang": 10}, "looks": 1400,
                "unreadable_looks": 90, "scheduler_ready_after_restart_s": [3.1],
                "settled": True, "invariants": {k: v[0] for k, v in INVARIANTS.items()},
                "violations": [violation], "still_seen_at_end": []}
     text = render({"figures": figures})  # type: ignore[typeddict-item]
-    assert "700 Pods created, 13 faults (scheduler 8, slurmctld 5)" in text
+    assert "700 Pods created, 13 faults (kill slurmctld 5, stop scheduler 8)" in text
+    assert "work done: gang 10, pod 690" in text
     assert f"| {INVARIANTS['bound-pod-has-one-job'][0]} | none |" in text
     assert f"| {INVARIANTS['no-job-without-pod'][0]} | 1 |" in text
     assert "at 100.0 s, for 61.0 s: job 9: RUNNING on h100-000" in text

@@ -78,4 +78,5 @@ def test_an_allocated_claim_gives_its_pod_node_and_gpu_indexes() -> None:
         "reservedFor": [{"resource": "pods", "uid": "pod-uid"}]}}
     pending = {"metadata": {"name": "d"}, "status": {}}
     (claim,) = claim_looks([allocated, pending])
-    assert (claim.pod_uid, claim.node, claim.gpus) == ("pod-uid", "kwok-node-001", {3, 12})
+    assert (claim.pod_uid, claim.node, claim.gpus) == ("pod-uid", "kwok-node-001",
+                                                      frozenset({3, 12}))
