@@ -315,7 +315,13 @@ def _matches(text: str, pattern: str) -> Result:
     return compiled.search(text) is not None
 
 
+def _is_quantity(text: str) -> Result:
+    return not isinstance(FUNCTIONS["quantity"](text), CELEvalError)
+
+
 PLAIN_FUNCTIONS: Final[dict[Any, tuple[Callable[..., Result], tuple[type, ...]]]] = {
+    FUNCTIONS["quantity"]: (FUNCTIONS["quantity"], (str,)),
+    FUNCTIONS["isQuantity"]: (_is_quantity, (str,)),
     FUNCTIONS["prefixed"]: (_prefixed, (dict, str)),
     FUNCTIONS["isInteger"]: (_is_integer, (str,)),
     FUNCTIONS["matches"]: (_matches, (str, str)),
