@@ -96,9 +96,9 @@ class SlurmWatch:
         since = self._jobs.unanswered.get(uid)
         if since is None:
             return
-        for job_id in sorted(j for j in await self.slurm.job_states()
-                             if j > since and j not in self._jobs.jobs):
-            await self.read(job_id)
+        states = await self.call(self.slurm.job_states)
+        for job_id in sorted(j for j in states if j > since and j not in self._jobs.jobs):
+            await self.call(functools.partial(self.read, job_id))
         self._jobs.looked_up(uid)
         if (found := self._jobs.by_uid.get(uid)) is not None and found > since:
             log.info("pod uid %s: job %d from an earlier, unanswered submit found", uid, found)

@@ -221,6 +221,8 @@ async def test_a_pod_whose_lost_submission_cannot_be_looked_up_is_not_submitted_
     assert later is not None and "slurmctld down" in later.why
     assert len(bed.slurm.calls("POST", SUBMIT)) == 1, "nothing submitted blind"
     assert bed.cluster.jobs.unanswered == {UID: 0}, "looked up on the next try"
+    assert not bed.cluster.state.slurm_healthy, "the failed look-up is Slurm's health too"
+    assert "slurmctld down" in bed.cluster.state.slurm_error
     await bed.settle()
     told = [e["message"] for e in bed.events() if e["reason"] == "SubmitFailed"]
     assert [m.split("(try ")[1].split(",")[0] for m in told] == ["1", "2"]
