@@ -39,6 +39,8 @@ class PodView:
     deleting: bool = False
     job_id: int | None = None
     rejected: bool = False
+    #: The Node it is bound to, as the API server has it ("" if none yet).
+    node: str = ""
 
 
 @dataclass(frozen=True, slots=True)

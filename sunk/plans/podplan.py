@@ -80,7 +80,22 @@ def plan_pod(facts: PodFacts) -> do.Plan:
                 f"was lost by Slurm ({owned.lost})" if owned.lost
                 else "is no longer in Slurm (ended and purged, or lost)")
             + ": Slurm no longer counts the Pod on its node", reason="SlurmJobLost"))
+    elif step is Step.NOTHING and (moved := _runs_elsewhere(facts)):
+        first.append(do.DeletePod(moved, reason="SlurmJobLost"))
     return do.Plan(tuple(first))
+
+
+def _runs_elsewhere(facts: PodFacts) -> str:
+    """Why a bound Pod's job runs on another Node than the Pod ("" if it does not): a slurmctld
+    that restarted from state saved before the job started runs it again, where it picks, and
+    the first run's step is killed as on the wrong node. Slurm then counts the Pod there, not on
+    the Pod's Node, which it may fill."""
+    view, job = facts.view, facts.job
+    if not (view.bound and view.node and job is not None and job.state == "RUNNING"
+            and job.node and facts.k8s_node is not None and facts.k8s_node != view.node):
+        return ""
+    return (f"job {view.job_id} of this Pod bound to {view.node} runs on Slurm node {job.node} "
+            f"(Node {facts.k8s_node}): Slurm no longer counts the Pod on its node")
 
 
 def _report_ignored(owned: ownership.Ownership, *, bound: bool) -> do.ReportIgnored:

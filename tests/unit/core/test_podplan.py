@@ -535,3 +535,18 @@ def test_every_bind_comes_right_after_the_reservation_of_its_node(
             assert i > 0 and actions[i - 1] == do.Reserve(action.k8s_node), actions
     reserves = [a for a in actions if isinstance(a, do.Reserve)]
     assert len(reserves) == sum(isinstance(a, do.Bind) for a in actions)
+
+
+def test_a_bound_pod_whose_job_slurm_runs_on_another_node_is_deleted_as_lost() -> None:
+    """A slurmctld restarted from state saved before the job started runs it again on a node of
+    its choice (seen in the chaos soak: bound to kwok-node-002, its job on a100-007 after the
+    restart): the Pod goes, and its job with it, rather than run where Slurm does not count it."""
+    view = PodView(job_id=7, bound=True, phase="Running", node="kwok-node-002")
+    (action,) = plan_pod(facts(view, RUNNING_STARTED, k8s_node="kwok-node-007")).actions
+    assert isinstance(action, do.DeletePod) and action.reason == "SlurmJobLost"
+    assert "runs on Slurm node h1 (Node kwok-node-007)" in action.why
+    assert plan_pod(facts(view, RUNNING_STARTED, k8s_node="kwok-node-002")).actions == ()
+    unknown = facts(view, RUNNING_STARTED, k8s_node=None)
+    assert plan_pod(unknown).actions == (), "no Node hosts its Slurm node: nothing to compare"
+    in_flight = PodView(job_id=7, bound=True, phase="Pending")  # bound by the assumed cache
+    assert plan_pod(facts(in_flight, RUNNING_STARTED, k8s_node="kwok-node-007")).actions == ()
