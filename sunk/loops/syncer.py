@@ -244,6 +244,7 @@ class Syncer:
             del self.requests[slurm_node]
             request = None
         pod_shows = self.cluster.assumed.annotations(slurmd)
+        drained_for = nodeplan.kill_wait_drain_pod(slurm_info)
         return nodeplan.NodeFacts(
             slurm_node=slurm_node, k8s_node=k8s_node, slurm_info=slurm_info,
             lock=LockState.parse(pod_shows.get(LOCK_KEY)),
@@ -255,7 +256,8 @@ class Syncer:
             state_key=self.state_key, reason_key=self.reason_key,
             pod_shows=pod_shows, node_shows=self.cluster.assumed.annotations(node),
             mismatch=self._mismatch(slurm_node, k8s_node, slurm_info),
-            capacity_shown=self.cluster.state.capacity.get(slurm_node, ""))
+            capacity_shown=self.cluster.state.capacity.get(slurm_node, ""),
+            drained_pod_gone=drained_for is not None and self.cluster.any_pod(drained_for) is None)
 
     async def reconcile(self, slurm_node: str) -> None:
         began = time.monotonic()

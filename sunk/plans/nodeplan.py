@@ -7,11 +7,14 @@ The syncer gathers plain facts about one Slurm node and the Kubernetes Node that
 - a Slurm drain or down state, and its reason, is shown on the Kubernetes side (annotations on
   the slurmd Pod and the Node, and an Event on the Node when it changes);
 - a Kubernetes cordon drains the Slurm node with a reason prefixed ``k8s:``; uncordoning lifts
-  only such drains, never one an admin set in Slurm.
+  only such drains, never one an admin set in Slurm;
+- a drain of sunk's for a Pod still terminating at KillWait (``sunk: Pod <key> still
+  terminating at KillWait ...``) is lifted once that Pod is gone.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +24,17 @@ from sunk.plans import fit, locking
 from sunk.plans.locking import LockState
 
 K8S_DRAIN_PREFIX = "k8s:"
+#: How a drain for a Pod that outlived KillWait names the Pod (sunk.hooks.answers, and the
+#: placeholder script when the scheduler does not answer).
+KILL_WAIT_DRAIN = re.compile(r"^sunk: Pod (?P<key>[^/\s]+/\S+) still terminating at KillWait")
+
+
+def kill_wait_drain_pod(slurm_info: Mapping[str, Any]) -> str | None:
+    """The Pod (namespace/name) a KillWait drain of sunk's on the node is for (None: none)."""
+    if "DRAIN" not in set(slurm_info.get("state") or []):
+        return None
+    m = KILL_WAIT_DRAIN.match(str(slurm_info.get("reason") or ""))
+    return m["key"] if m else None
 
 
 @dataclass(frozen=True)
@@ -47,6 +61,8 @@ class NodeFacts:
     #: Where Slurm's node definition and Kubernetes' room disagree, and what was last shown.
     mismatch: tuple[fit.Capacity, ...] = ()
     capacity_shown: str = ""
+    #: The node is drained for a Pod that outlived KillWait, and that Pod is gone.
+    drained_pod_gone: bool = False
 
 
 def plan_node(facts: NodeFacts) -> tuple[do.NodeAction, ...]:
@@ -85,6 +101,8 @@ def plan_drain(facts: NodeFacts) -> tuple[do.NodeAction, ...]:
             f"{K8S_DRAIN_PREFIX} Kubernetes Node {facts.k8s_node} is cordoned"),)
     if not facts.cordoned and drained and reason.startswith(K8S_DRAIN_PREFIX):
         return (do.ResumeSlurmNode(f"Node {facts.k8s_node} is no longer cordoned"),)
+    if not facts.cordoned and facts.drained_pod_gone:
+        return (do.ResumeSlurmNode(f"the Pod it was drained for is gone ({reason})"),)
     shown = "down" if "DOWN" in states else "drain" if drained else ""
     wanted = {facts.state_key: shown or None,
               facts.reason_key: (reason or None) if shown else None}

@@ -218,3 +218,30 @@ def test_a_size_mismatch_is_told_once_and_when_it_ends() -> None:
         base, capacity_shown="cpu: Slurm 32, Kubernetes leaves 28")) == (
         do.ShowCapacity((), ""),)
     assert plan_capacity(base) == ()
+
+
+KILL_WAIT = ("sunk: Pod chaos/p1 still terminating at KillWait (job 831); drained so nothing "
+             "else lands here")
+
+
+def test_a_kill_wait_drain_names_its_pod_and_only_a_drained_node_has_one() -> None:
+    from sunk.plans.nodeplan import kill_wait_drain_pod
+
+    assert kill_wait_drain_pod({"state": ["IDLE", "DRAIN"], "reason": KILL_WAIT}) == "chaos/p1"
+    script = "sunk: Pod ns/web still terminating at KillWait (job 4)"  # the placeholder's own
+    assert kill_wait_drain_pod({"state": ["DRAIN"], "reason": script}) == "ns/web"
+    assert kill_wait_drain_pod({"state": ["IDLE"], "reason": KILL_WAIT}) is None
+    assert kill_wait_drain_pod({"state": ["DRAIN"], "reason": "bad gpu"}) is None
+
+
+def test_a_kill_wait_drain_is_resumed_once_its_pod_is_gone_and_kept_while_it_is_there() -> None:
+    """Seen in the chaos soak: the node stayed drained for good once the Pod that outlived
+    KillWait had gone, and nothing needed the drain any more."""
+    info = {"state": ["IDLE", "DRAIN"], "reason": KILL_WAIT}
+    (resume,) = plan_drain(node(info, drained_pod_gone=True))
+    assert isinstance(resume, do.ResumeSlurmNode) and "is gone" in resume.why
+    (shown,) = plan_drain(node(info))
+    assert isinstance(shown, do.ShowSlurmState), "the Pod is still there: the drain stays"
+    cordoned = plan_drain(node(info, drained_pod_gone=True, cordoned=True))
+    assert not any(isinstance(a, do.ResumeSlurmNode) for a in cordoned), \
+        "cordoned since: the cordon keeps it drained"
