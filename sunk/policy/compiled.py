@@ -27,6 +27,7 @@ from sunk.policy.cel import (
     describe_error,
     is_bool,
     run_all,
+    to_cel,
     type_name,
 )
 from sunk.policy.decision import EvaluationError, MappingValue, Outcome, Violation
@@ -75,7 +76,11 @@ class CompiledPolicy:
         self.fail = spec.failure_policy == "Fail"
         self.actions: tuple[Action, ...] = tuple(spec.validation_actions)
         self._issues: list[PolicyIssue] = []
-        self.params = spec.params  # JSON, as the Pod is
+        self.params = spec.params  # read as JSON, as the Pod is
+        try:
+            to_cel(spec.params)  # refuses what CEL cannot hold: an integer beyond 64 bits
+        except (ValueError, RecursionError) as error:
+            self._issue("spec.params", f"not a CEL value: {error}")
         # What variables.x may name: those defined before (broken ones too, reported once).
         self._scope: list[str] = []
         self.variables = self._compile_variables(spec.variables)

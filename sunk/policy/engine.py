@@ -51,7 +51,8 @@ class PolicyEngine:
         self.settings: Mapping[str, Any] = MappingProxyType(
             {**DEFAULT_SETTINGS, **(settings or {})}
         )
-        self._settings = dict(self.settings)  # JSON, as the Pod is
+        self._settings = dict(self.settings)  # read as JSON, as the Pod is
+        to_cel(self._settings)  # raises ValueError for what CEL cannot hold
         # What the policies read of object and namespaceObject, by root name.
         self.reads: Mapping[str, tuple[Path, ...]] = MappingProxyType(
             minimal(read for policy in self.policies for read in policy.reads)

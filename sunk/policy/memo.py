@@ -116,8 +116,10 @@ def walk(value: Any, path: Path) -> list[Any]:
 
 def _plain(encoded: bytes, value: Any) -> bool:
     """Whether ``value`` (encoded as ``encoded``) is JSON data, read back as it is."""
-    if _DIGIT_RUN in encoded.translate(_ONLY_DIGITS):
-        return False  # perhaps an integer beyond 64 bits (or a long number in a string)
+    if _DIGIT_RUN in encoded.translate(_ONLY_DIGITS) and _DIGIT_RUN in _outside_strings(
+        encoded
+    ).translate(_ONLY_DIGITS):
+        return False  # perhaps an integer beyond 64 bits
     # Fewer brackets than the limit (strings' included) cannot nest deeper: most Pods.
     few = encoded.count(b"[") + encoded.count(b"{") <= MAX_DEPTH
     if not few and _depth(encoded) > MAX_DEPTH:
@@ -126,12 +128,16 @@ def _plain(encoded: bytes, value: Any) -> bool:
     return bool(_decode(encoded) == value)
 
 
-def _depth(encoded: bytes) -> int:
-    """The nesting depth of JSON text (strings' contents do not count)."""
+def _outside_strings(encoded: bytes) -> bytes:
+    """JSON text without the contents of its strings."""
     # Escaped backslashes, then escaped quotes, go; every quote left opens or closes a string.
     text = encoded.replace(b"\\\\", b"").replace(b'\\"', b"")
-    outside = b"".join(text.split(b'"')[::2])
-    brackets = outside.translate(_BRACKETS, _NOT_BRACKETS)
+    return b"".join(text.split(b'"')[::2])
+
+
+def _depth(encoded: bytes) -> int:
+    """The nesting depth of JSON text (strings' contents do not count)."""
+    brackets = _outside_strings(encoded).translate(_BRACKETS, _NOT_BRACKETS)
     depth = 0
     while brackets:
         shorter = brackets.replace(b"[]", b"")  # the innermost level, in one pass

@@ -23,8 +23,10 @@ milliseconds a Pod. So we
 Results are those of cel-python's interpreter (``tests/unit/policy/test_cel.py`` and
 ``test_differential.py`` compare them, on thousands of Pods), except in two places where
 cel-python 0.5 departs from CEL and we follow CEL: ``x != y`` is ``!(x == y)`` (cel-python fails
-``map != null``), and an error inside ``map()`` or ``filter()`` is an error value that ``||``
-and ``&&`` can absorb (cel-python raises it through the whole expression). cel-python's own
+``map != null``), and an error inside ``map()``, ``filter()`` or ``exists_one()`` is an error
+value that ``||``, ``&&`` and ``has()`` can absorb (cel-python raises it through the whole
+expression). Where cel-python raises a Python exception for a value (a macro over an integer),
+the value is an error. cel-python's own
 compiled runner is not an option: in 0.5 it fails on ``has()``.
 
 Compilation also checks what cel-python only finds at run time: unknown names, functions and

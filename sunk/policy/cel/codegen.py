@@ -17,7 +17,6 @@ own here, or an expression nested too deeply for Python to compile, is evaluated
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import reduce
 from typing import Any, Final, cast
 
 import lark
@@ -27,11 +26,9 @@ from celpy.evaluation import CELEvalError
 from sunk.policy.cel import native, scope
 from sunk.policy.cel.evaluator import _OPERATORS
 from sunk.policy.cel.operators import (
-    AND,
     CALL_ERRORS,
     FAST_CALLS,
     FUNCTION_CHAIN,
-    OR,
     call_failed,
 )
 from sunk.policy.cel.scope import Closure, Variables
@@ -63,9 +60,8 @@ _HELPERS: Final[dict[str, Any]] = {
     "EQUATABLE": _EQUATABLE,
     "Variables": Variables,
     "UNKNOWN": scope.UNKNOWN,
-    "AND": AND,
-    "OR": OR,
-    "reduce": reduce,
+    "all_of": native.all_of,
+    "any_of": native.any_of,
     "as_cel": native.as_cel,
     "plain_result": native.plain_result,
     "CALL_ERRORS": CALL_ERRORS,

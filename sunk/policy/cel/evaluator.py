@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from functools import reduce
 from typing import Any, Final, cast
 
 import lark
 from celpy import celtypes
 from celpy.evaluation import Activation, CELEvalError, Evaluator, NameContainer, Referent
 
-from sunk.policy.cel.operators import AND, FAST_CALLS, OR, apply_operator, call_function
+from sunk.policy.cel.native import all_of, any_of
+from sunk.policy.cel.operators import FAST_CALLS, apply_operator, call_function
 from sunk.policy.cel.values import FALSE, TRUE, Result, Tree, type_name
 
 _OPERATORS: Final = {
@@ -123,9 +123,9 @@ class FastEvaluator(Evaluator):
 
         try:
             if method == "all":
-                return reduce(AND, map(value, target), TRUE)
+                return all_of(list(map(value, target)))
             if method == "exists":
-                return reduce(OR, map(value, target), FALSE)
+                return any_of(list(map(value, target)))
             results = []
             for item in target:  # map, filter and exists_one fail on an error, as CEL says
                 result = value(item)

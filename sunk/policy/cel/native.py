@@ -24,7 +24,7 @@ from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
 from sunk.policy.cel.operators import FAST_CALLS, FUNCTION_CHAIN, apply_operator
-from sunk.policy.cel.values import FALSE, TRUE, Result, to_cel
+from sunk.policy.cel.values import FALSE, TRUE, Result, to_cel, type_name
 from sunk.policy.functions import _INTEGER, FUNCTIONS, regex, regex_problem
 
 INT64_MIN: Final = -(2**63)
@@ -55,7 +55,13 @@ def as_cel(value: Result) -> Result:
         return result
     if kind in _PLAIN:
         return to_cel(value)
-    return value
+    if kind.__module__ == celtypes.__name__ or isinstance(value, celtypes.MapType):
+        return value  # cel-python's own (or the lazy variables)
+    if isinstance(value, dict):  # read as JSON's: a defaultdict's __missing__ is not called
+        return as_cel(dict(value.items()))
+    if isinstance(value, list):
+        return as_cel(list(value))
+    return to_cel(value) if isinstance(value, str | int | float) else value
 
 
 def plain_result(value: Result) -> Result:
@@ -73,6 +79,8 @@ def plain_result(value: Result) -> Result:
             str(key): str(item) if type(item) is celtypes.StringType else item
             for key, item in value.items()
         }
+    if kind is celtypes.BoolType and int(value) not in (0, 1):
+        return value  # cel-python's bool(2) holds 2
     plain = _PLAIN_OF.get(kind)
     return value if plain is None else plain(value)
 
@@ -328,3 +336,39 @@ PLAIN_FUNCTIONS: Final[dict[Any, tuple[Callable[..., Result], tuple[type, ...]]]
     FAST_CALLS["int"]: (_int, (str,)),
 }
 """For a function, its plain version and the exact types of the arguments it takes."""
+
+
+# --- all() and exists() ----------------------------------------------------------------------
+
+
+def all_of(results: list[Result]) -> Result:
+    """What cel-python's ``all()`` makes of its elements' values, which are not all bools:
+    false if any is false; else the one value that is not a bool; else (two or more) an error.
+
+    cel-python folds them with ``&&``, whose error for two values that are not bools quotes
+    both: each element doubled the message, so 30 failing elements made gigabytes of text.
+    """
+    return _combined(results, decides=False, method="all")
+
+
+def any_of(results: list[Result]) -> Result:
+    """``exists()``, as :func:`all_of`: true if any is true; else the one value that is not a
+    bool; else an error."""
+    return _combined(results, decides=True, method="exists")
+
+
+def _combined(results: list[Result], *, decides: bool, method: str) -> Result:
+    others = []
+    for result in results:
+        if type(result) in _BOOLS:
+            if bool(result) is decides:
+                return TRUE if decides else FALSE
+        else:
+            others.append(result)
+    if not others:
+        return FALSE if decides else TRUE
+    if len(others) == 1:
+        return others[0]
+    kinds = ", ".join(sorted({type_name(other) for other in others}))
+    message = f"no such overload: {method}() of {len(others)} values that are not bools ({kinds})"
+    return CELEvalError(message, TypeError, (message,))

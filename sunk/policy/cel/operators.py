@@ -116,15 +116,16 @@ def call_function(
         return call_failed(token, error, arguments)
 
 
-CALL_ERRORS: Final = (TypeError, AttributeError, ValueError, OverflowError)
-"""What a function raises for arguments it does not take: an error value, not a crash."""
+CALL_ERRORS: Final = (TypeError, AttributeError, ValueError, ArithmeticError, LookupError, OSError)
+"""What a function raises for arguments it does not take (or a time zone that is not one: an
+OSError): an error value, not a crash."""
 
 
 def call_failed(token: lark.Token, error: Exception, arguments: list[Result]) -> CELEvalError:
     """The error value of a call that raised ``error``."""
     kinds = ", ".join(type_name(argument) for argument in arguments)
     message = f"no matching overload for {token.value}({kinds})"
-    if isinstance(error, ValueError | OverflowError):
+    if not isinstance(error, TypeError | AttributeError):
         message = f"{token.value}: {error}"
     result = CELEvalError(message, error.__class__, error.args, token=token)
     result.__cause__ = error

@@ -48,9 +48,27 @@ class Variables:
         value = self.values[name] = closure(self.scope)
         return value
 
-    def as_map(self) -> dict[str, Result]:
-        """Every variable, for an expression that reads ``variables`` as a whole."""
-        return {name: self.get(name) for name in self._closures}
+    def as_map(self) -> VariablesMap:
+        """``variables`` as a whole, for an expression that reads it so: a map whose values are
+        computed when read (a variable may read ``size(variables)`` without computing itself)."""
+        return VariablesMap(self)
+
+
+class VariablesMap(celtypes.MapType):
+    """``variables`` as a map: each value computed when first read (as :class:`Variables`)."""
+
+    def __init__(self, variables: Variables) -> None:
+        super().__init__()
+        self._variables = variables
+        for name in variables._closures:
+            dict.__setitem__(self, celtypes.StringType(name), UNKNOWN)
+
+    def __getitem__(self, key: Any) -> Any:
+        value = dict.__getitem__(self, key)
+        if value is UNKNOWN:
+            value = self._variables.get(str(key))
+            dict.__setitem__(self, key, value)
+        return value
 
 
 def no_key(field: str) -> CELEvalError:
@@ -84,17 +102,19 @@ def select(member: Result, field: str) -> Result:
     if isinstance(member, celtypes.MessageType):
         return member.get(field)
     if isinstance(member, dict):
-        try:
-            return dict.__getitem__(member, field) if type(member) in _MAPS else member[field]
-        except KeyError:
-            return no_key(field)
+        if type(member) is VariablesMap:
+            try:
+                return member[field]
+            except KeyError:
+                return no_key(field)
+        # Any other dict is read as JSON's: its own __getitem__ (a defaultdict's __missing__)
+        # could invent the field, which converting it to a map never did.
+        value = dict.get(member, field, UNKNOWN)
+        return no_key(field) if value is UNKNOWN else value
     if isinstance(member, CELEvalError):
         return member
     message = f"type '{type_name(member)}' does not support field selection"
     return CELEvalError(message, TypeError, None)
-
-
-_MAPS: Final = (dict, celtypes.MapType)
 
 
 def undeclared(name: str) -> CELEvalError:

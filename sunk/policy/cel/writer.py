@@ -99,7 +99,6 @@ class SourceWriter:
             taken = " and ".join(f"type({operand}) in {kinds}" for operand in operands)
             self.emit(f"elif {taken}:")
             self._try_call(result, token, function, operands)
-            converted = operands
         self.emit("else:")
         self._try_call(result, token, function, converted)
         return result
@@ -154,12 +153,10 @@ class SourceWriter:
 
     def _macro_result(self, method: str, result: str, results: str) -> None:
         if method in ("all", "exists"):
-            combine, start, every = (
-                ("AND", "TRUE", "all") if method == "all" else ("OR", "FALSE", "any")
-            )
+            combine, every = ("all_of", "all") if method == "all" else ("any_of", "any")
             self.emit(f"if all(type(x) in BOOLS for x in {results}):")
             self.emit(f"    {result} = TRUE if {every}({results}) else FALSE")
-            self.emit(f"else: {result} = reduce({combine}, map(as_cel, {results}), {start})")
+            self.emit(f"else: {result} = {combine}({results})")
         elif method == "map":
             self.emit(f"{result} = [y for _, y in {results}]")
         elif method == "filter":
