@@ -100,14 +100,18 @@ class PolicyEngine:
 
         ``namespace`` is the Pod's Namespace object, if the caller has it. Never raises.
         """
-        key = self._key(pod, namespace) if self._memo is not None else None
+        try:
+            shown = without_managed_fields(pod)
+        except Exception:  # not a mapping of the usual kind: evaluating reports it
+            shown = pod
+        key = self._key(shown, namespace) if self._memo is not None else None
         known = None if key is None or self._memo is None else self._memo.get(key)
         if known is not None:
             decision = _own_copy(known)
         else:
             # A key is made only of plain JSON; without the memo, the same check.
-            plain = key is not None or (self._memo is None and self._plain(pod, namespace))
-            decision, clean = self._evaluate(pod, namespace, plain=plain)
+            plain = key is not None or (self._memo is None and self._plain(shown, namespace))
+            decision, clean = self._evaluate(shown, namespace, plain=plain)
             if key is not None and clean and self._memo is not None:
                 self._memo.put(key, _own_copy(decision))
         metrics.count(decision)
@@ -121,18 +125,19 @@ class PolicyEngine:
             )
         return decision
 
-    def _key(self, pod: Mapping[str, Any], namespace: Mapping[str, Any] | None) -> bytes | None:
-        """The memo key of the Pod, or None (then it is evaluated without the memo)."""
+    def _key(self, pod: Any, namespace: Mapping[str, Any] | None) -> bytes | None:
+        """The memo key of the Pod (without its managed fields), or None (then it is evaluated
+        without the memo)."""
         try:
             ns = None if namespace is None else dict(namespace)
-            return self._keys.key(without_managed_fields(pod), ns)
+            return self._keys.key(pod, ns)
         except Exception:  # not a mapping: evaluating reports it
             return None
 
-    def _plain(self, pod: Mapping[str, Any], namespace: Mapping[str, Any] | None) -> bool:
+    def _plain(self, pod: Any, namespace: Mapping[str, Any] | None) -> bool:
         try:
             ns = None if namespace is None else dict(namespace)
-            return self._keys.is_plain(without_managed_fields(pod), ns)
+            return self._keys.is_plain(pod, ns)
         except Exception:  # not a mapping: evaluating reports it
             return False
 
@@ -149,7 +154,7 @@ class PolicyEngine:
         convert: Callable[[Any], Any] = _as_it_is if plain else to_cel
         try:
             values = {
-                "object": convert(without_managed_fields(pod)),
+                "object": convert(pod),
                 "namespaceObject": None if namespace is None else convert(dict(namespace)),
                 "settings": self._settings,
             }
@@ -175,16 +180,17 @@ def _as_it_is(value: Any) -> Any:
 
 
 def _own_copy(decision: Decision) -> Decision:
-    """The decision with its own mappings (list values included), for the memo or a caller."""
+    """The decision with its own mappings (list values included), for the memo or a caller.
+
+    A decision is immutable but for a mapping's list: one without lists is shared as it is.
+    """
+    if not any(type(value) is list for value in decision.mappings.values()):
+        return decision
     mappings = {
         name: list(value) if isinstance(value, list) else value
         for name, value in decision.mappings.items()
     }
-    return replace(
-        decision,
-        mappings=MappingProxyType(mappings),
-        mapped_by=MappingProxyType(dict(decision.mapped_by)),
-    )
+    return replace(decision, mappings=MappingProxyType(mappings))
 
 
 def without_managed_fields(pod: Mapping[str, Any]) -> Any:

@@ -26,6 +26,8 @@ EVALUATION_ERRORS: Final = Counter(
     "Expressions that failed to evaluate or gave a wrong type, by policy.",
     ["policy"],
 )
+_ALLOWED: Final = EVALUATIONS.labels(result="allowed")
+_DENIED: Final = EVALUATIONS.labels(result="denied")
 LOAD_ERRORS: Final = Counter(
     "sunk_policy_load_errors_total",
     "Policy sets that failed to load; the last good set stayed in force.",
@@ -43,7 +45,7 @@ def count(decision: Decision) -> None:
     denials, warnings or audits, and each evaluation error (a messageExpression's too) is in
     ``errors``: counting them here moves every counter as counting them as they happened did.
     """
-    EVALUATIONS.labels(result="allowed" if decision.allowed else "denied").inc()
+    (_ALLOWED if decision.allowed else _DENIED).inc()
     for action, violations in (
         ("Deny", decision.denials),
         ("Warn", decision.warnings),
