@@ -156,21 +156,25 @@ class _Generator(SourceWriter):
             self.emit(f"else: {result} = variable_of(variables, scope, {field})")
             return result
         member = self.node(_tree(target), names)
-        self.emit(f"if type({member}) is dict:")
-        self.emit(f"    {result} = {member}.get({field}, UNKNOWN)")
-        self.emit(f"    if {result} is UNKNOWN: {result} = no_key({field})")
-        self.emit(f"else: {result} = select({member}, {field})")
+        self._get(
+            result, member, field, missing=f"no_key({field})", other=f"select({member}, {field})"
+        )
         return result
 
     def _member_index(self, tree: Tree, names: dict[str, str]) -> str:
         container, key = (self.node(_tree(child), names) for child in tree.children)
         result = self.temporary()
+        other = f"index({container}, {key})"
+        self._get(result, container, key, missing=other, other=other)
+        return result
+
+    def _get(self, result: str, container: str, key: str, *, missing: str, other: str) -> None:
+        """``container[key]``: a plain dict's ``get`` for a string key, else ``other``."""
         string = "" if type(self.constants.get(key)) is str else f" and type({key}) is str"
         self.emit(f"if type({container}) is dict{string}:")
         self.emit(f"    {result} = {container}.get({key}, UNKNOWN)")
-        self.emit(f"    if {result} is UNKNOWN: {result} = index({container}, {key})")
-        self.emit(f"else: {result} = index({container}, {key})")
-        return result
+        self.emit(f"    if {result} is UNKNOWN: {result} = {missing}")
+        self.emit(f"else: {result} = {other}")
 
     def _method(self, tree: Tree, names: dict[str, str]) -> str:
         target = self.node(_tree(tree.children[0]), names)
