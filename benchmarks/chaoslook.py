@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from benchmarks.invariants import ClaimLook, JobLook, Look, NodeLook, PodLook
+from sunk.plans.claims import gres_indexes
 from sunk.plans.placement import LOCK_TAINT
 from sunk.quantity import Quantity
 from sunk.slurm.text import expand_hostlist
@@ -24,7 +25,6 @@ GANG_LABEL, GANG_SIZE, LOCK_ANNOTATION = PREFIX + "gang", PREFIX + "gang-size", 
 SLURM_NAMESPACE = "slurm"
 _EXTRA = re.compile(r"^sunk-(?:pod|gang)=\S+ uid=(?P<uid>[0-9a-fA-F-]+) \S+"
                     r"(?: members=(?P<members>[0-9a-f,]+))?")
-_GRES = re.compile(r"gpu(?::[^:(,]+)?(?::\d+)?\(IDX:(?P<idx>[0-9,\-]*)\)")
 ENDED = ("Succeeded", "Failed")
 
 
@@ -69,22 +69,13 @@ def job_look(job: Mapping[str, Any]) -> JobLook:
     node_list = tuple(expand_hostlist(nodes)) if nodes else ()
     gpus = frozenset((node, int(i)) for node, detail in zip(node_list, job.get("gres_detail")
                                                             or [], strict=False)
-                     for g in _GRES.finditer(str(detail)) for i in _indexes(g["idx"]))
+                     for i in gres_indexes(str(detail)))
     het = job.get("het_job_id")
     het_id = int(het.get("number") or 0) if isinstance(het, Mapping) else int(het or 0)
     return JobLook(int(job["job_id"]), job["job_state"][0], m["uid"] if m else "", nodes,
                    "COMPLETING" in job["job_state"],
                    members=tuple((m["members"] or "").split(",")) if m and m["members"] else (),
                    node_list=node_list, gpus=gpus, het_job_id=het_id)
-
-
-def _indexes(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        if first.isdigit() and (not last or last.isdigit()):
-            out += range(int(first), int(last or first) + 1)
-    return out
 
 
 def node_look(node: Mapping[str, Any], slurm_name: str, lock: str,
