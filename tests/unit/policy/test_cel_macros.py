@@ -15,7 +15,7 @@ from sunk.policy.cel.native import all_of, any_of
 from sunk.policy.cel.operators import AND, OR
 from sunk.policy.cel.values import FALSE, TRUE
 
-from .test_cel import ours, same
+from .test_cel import our_program, ours, same, stock
 
 
 def test_all_over_many_errors_does_not_grow_its_error_exponentially() -> None:
@@ -46,3 +46,15 @@ def test_all_and_exists_combine_as_cel_pythons_fold_does(length: int) -> None:
         converted = [as_cel(value) for value in results]
         assert same(as_cel(all_of(results)), as_cel(reduce(AND, converted, TRUE))), results
         assert same(as_cel(any_of(results)), as_cel(reduce(OR, converted, FALSE))), results
+
+
+def test_macros_nested_deeper_than_python_compiles_are_evaluated_all_the_same() -> None:
+    """Each macro is a loop in a ``try`` of the generated code, and Python refuses more than 20
+    nested blocks: 25 nested macros are left to cel-python's evaluator, with its result."""
+    for depth, runner in ((5, "evaluate"), (25, "interpreted.<locals>.interpret")):
+        expression = "true"
+        for level in range(depth):
+            expression = f"[1].all(v{level}, {expression} && v{level} == 1)"
+        assert our_program(expression, ("object",), ()).closure.__qualname__ == runner
+        assert same(ours(expression, {"object": {}}), stock(expression, {"object": {}}))
+        assert ours(expression, {"object": {}}) == TRUE
