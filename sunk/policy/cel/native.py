@@ -37,7 +37,6 @@ _STRINGS: Final = frozenset({str, celtypes.StringType})
 _LISTS: Final = frozenset({list, celtypes.ListType})
 _MAPS: Final = frozenset({dict, celtypes.MapType})
 _PLAIN: Final = frozenset({str, int, float, bool, dict, list})
-_SIZED: Final = _STRINGS | _LISTS | _MAPS
 
 _KIND_OF: Final = {kind: kinds for kinds in (_STRINGS, _INTS, _BOOLS, _DOUBLES) for kind in kinds}
 
@@ -247,13 +246,6 @@ def _stock_index(container: Result, key: Result) -> Result:
         return CELEvalError("no such key", KeyError, error.args)
     except IndexError as error:
         return CELEvalError("invalid_argument", IndexError, error.args)
-
-
-def size(value: Result) -> Result | None:
-    """``size(x)`` of a string, list or map; None where the library's function must decide."""
-    if type(value) in _SIZED:
-        return len(value)
-    return None
 
 
 def condition(test: Result, left: Result, right: Result) -> Result:

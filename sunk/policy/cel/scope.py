@@ -143,14 +143,6 @@ def make_map(entries: list[Result]) -> Result:
     return result
 
 
-def first_error(*values: Result) -> Result:
-    """The first of ``values`` that is an error, or None."""
-    for value in values:
-        if isinstance(value, CELEvalError):
-            return value
-    return None
-
-
 def not_iterable(method: str, items: Result, error: Exception) -> CELEvalError:
     message = f"no matching overload for {method}() on {type_name(items)}"
     return CELEvalError(message, error.__class__, error.args)
