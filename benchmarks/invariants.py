@@ -21,6 +21,10 @@ ACTIVE = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "PENDIN
 WAIT_UNEXPLAINED = 60.0
 #: sunk's gang bind timeout (``scheduler.gangs.bindTimeout``), and what is added to it.
 GANG_BIND_TIMEOUT, GANG_MARGIN = 60.0, 30.0
+#: How late Slurm may resend a kill its slurmd never got (it was down): slurmctld sends each
+#: kill once, and resends it to a job still completing once KillWait plus twice MessageTimeout
+#: (10 s) have passed, on its pass over old jobs every 60 s (``_list_find_job_old``).
+SLURM_KILL_RESEND = 2 * 10.0 + 60.0
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,10 @@ INVARIANTS: dict[str, tuple[str, float]] = {
     "no-job-without-pod": (
         "no active placeholder job runs without its Pod for longer than KillWait plus a margin",
         0.0),  # its grace is KillWait + margin, given to the Tracker
+    "no-ended-job-holds-on": (
+        "no placeholder job that has ended (cancelled, timed out) without its Pod still holds "
+        "its node for longer than Slurm takes to resend a kill its slurmd missed", 0.0),
+        # its grace is KillWait + SLURM_KILL_RESEND + margin, given to the Tracker
     "no-gang-partly-bound": (
         "no gang is partly bound (some members bound, others not or gone) for longer than the "
         "gang bind timeout plus a margin", GANG_BIND_TIMEOUT + GANG_MARGIN),
@@ -195,8 +203,11 @@ def violations(pods: Iterable[PodLook], jobs: Iterable[JobLook],
                 continue
             if not any(k in alive for k in job.members or (job.uid,)):
                 seen_jobs.add(job.job_id)
-                found.append(Violation("no-job-without-pod", f"job {job.job_id}",
-                                       f"{job.state} on {job.nodes}; its Pod is gone"))
+                ended = job.state not in ACTIVE  # cancelled: Slurm is finishing it
+                found.append(Violation("no-ended-job-holds-on" if ended else
+                                       "no-job-without-pod", f"job {job.job_id}",
+                                       f"{job.state}{'+COMPLETING' if ended else ''} on "
+                                       f"{job.nodes}; its Pod is gone"))
     return found
 
 
@@ -276,4 +287,5 @@ class Tracker:
 def graces(kill_wait: float, margin: float) -> dict[str, float]:
     """Each invariant's grace on a bed whose placeholder KillWait is ``kill_wait``."""
     return {name: grace for name, (_, grace) in INVARIANTS.items()} | {
-        "no-job-without-pod": kill_wait + margin}
+        "no-job-without-pod": kill_wait + margin,
+        "no-ended-job-holds-on": kill_wait + SLURM_KILL_RESEND + margin}

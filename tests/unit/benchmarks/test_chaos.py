@@ -80,11 +80,27 @@ def test_a_bound_pod_without_its_job_or_with_two_or_elsewhere_is_a_violation() -
                      ("no-job-without-pod", "job 6")}
 
 
-def test_a_job_still_completing_for_a_pod_that_is_gone_counts_as_left_behind() -> None:
+def test_a_job_ended_but_still_completing_for_a_pod_that_is_gone_is_slurms_to_finish() -> None:
     jobs = [JobLook(7, "CANCELLED", "gone", "h100-000", completing=True),
-            JobLook(8, "PENDING", "gone-too")]  # pending holds no node: the scheduler's GC
+            JobLook(8, "PENDING", "gone-too"),  # pending holds no node: the scheduler's GC
+            JobLook(9, "CANCELLED", "gone-as-well", "h100-000")]  # ended and let go
     (found,) = violations([], jobs, HOSTS)
-    assert (found.invariant, found.subject) == ("no-job-without-pod", "job 7")
+    assert (found.invariant, found.subject) == ("no-ended-job-holds-on", "job 7")
+    assert found.seen == "CANCELLED+COMPLETING on h100-000; its Pod is gone"
+    running = violations([], [JobLook(7, "RUNNING", "gone", "h100-000", completing=True)], HOSTS)
+    assert [v.invariant for v in running] == ["no-job-without-pod"], "not ended: sunk's to end"
+
+
+def test_an_ended_job_gets_the_time_slurm_takes_to_resend_a_kill_its_slurmd_missed() -> None:
+    from benchmarks.invariants import SLURM_KILL_RESEND, graces
+
+    given = graces(30.0, 30.0)
+    assert given["no-job-without-pod"] == 60.0
+    assert given["no-ended-job-holds-on"] == 60.0 + SLURM_KILL_RESEND == 140.0
+    tracker = Tracker(given)
+    ended = violations([], [JobLook(7, "CANCELLED", "gone", "h100-000", completing=True)], HOSTS)
+    assert tracker.look(0.0, ended) == [] and tracker.look(139.0, ended) == []
+    assert [v["subject"] for v in tracker.look(140.0, ended)] == ["job 7"]
 
 
 def test_a_violation_counts_only_once_it_lasts_past_its_grace() -> None:
