@@ -42,10 +42,11 @@ def stopped_cleanly() -> Iterator[None]:
 
 def on_bed(nodes: int, name: str,
            run: Callable[[cluster.Testbed, RunningScheduler], Coroutine[Any, Any, T]],
-           extra: list[str] | None = None) -> T:
+           extra: list[str] | None = None,
+           before: Callable[[cluster.Testbed], object] | None = None) -> T:
     """``run`` against a test bed of ``nodes`` nodes (the running one, or one started and
     stopped here) with a scheduler ``name`` on the bed's hook port (``extra``: more of its
-    flags). Raises TestbedError."""
+    flags; ``before``: called before it starts). Raises TestbedError."""
     started_here = False
     running: RunningScheduler | None = None
     with stopped_cleanly():
@@ -60,6 +61,8 @@ def on_bed(nodes: int, name: str,
             if not procs.port_free(tb.ports["hooks"]):
                 raise TestbedError("another scheduler serves the test bed's hook port "
                                    "(a demo or a test run): stop it first")
+            if before is not None:
+                before(tb)
             running = start_scheduler(tb, name=name, hooks_port=tb.ports["hooks"], extra=extra)
             with cluster.patient_prolog(tb):  # a real cluster's wait for the lock, not the bed's
                 return asyncio.run(run(tb, running))

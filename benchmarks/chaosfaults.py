@@ -6,6 +6,10 @@ one time in five, long (30 to 90 s; at most 80 % of the time between two faults,
 do not pile up). The scheduler killed is started again at once, as its
 supervisor would, and must be ready within 30 s. A slurmd's fault picks one node's slurmd.
 Faults come one at a time, spread evenly over the run with some jitter.
+
+From a moment of the run on (``two_replicas_at``), the scheduler runs as two replicas with
+leader election (:mod:`benchmarks.chaosreplicas`); a scheduler's fault then hits the leader, and
+the replicas' supervisor starts again one that exited.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from benchmarks.chaosreplicas import Replicas
 from testbed import cluster
 from testbed.errors import TestbedError
 from testbed.scheduler import RunningScheduler, start_scheduler
@@ -76,6 +81,13 @@ class Injector:
     log: list[dict[str, Any]] = field(default_factory=list)
     ready_after: list[float] = field(default_factory=list)
     down_now: bool = False
+    #: The scheduler's flags beyond the bed's.
+    extra: list[str] = field(default_factory=list)
+    #: The two replicas, once the scheduler runs as two; when they came.
+    replicas: Replicas | None = None
+    replicas_at: float | None = None
+    #: Held during each fault, so that a switch to two replicas waits for none to be on.
+    busy: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def now(self) -> float:
         return round(time.monotonic() - self.started, 1)
@@ -87,11 +99,12 @@ class Injector:
             part = self._part(fault)
             print(f"[chaos] {began:7.1f}s  {fault.kind} ({part}) for {fault.down:.0f}s",
                   flush=True)
-            self.down_now = True
-            try:
-                await self._one(fault, part)
-            finally:
-                self.down_now = False
+            async with self.busy:
+                self.down_now = True
+                try:
+                    await self._one(fault, part)
+                finally:
+                    self.down_now = False
             self.log.append({"kind": fault.kind, "part": part, "at": began,
                              "back_at": self.now()})
 
@@ -102,6 +115,9 @@ class Injector:
 
     async def _one(self, fault: Fault, part: str) -> None:
         stop = fault.kind.startswith("stop ")
+        if part == "scheduler" and self.replicas is not None:
+            await self._hit_leader(self.replicas, fault, stop)
+            return
         if part == "scheduler" and not stop:
             self.scheduler.stop(signal.SIGKILL)
             await asyncio.to_thread(self._restart_scheduler)
@@ -120,15 +136,49 @@ class Injector:
         else:
             await asyncio.to_thread(cluster.start_part, self.tb, part, timeout=120)
 
+    async def _hit_leader(self, replicas: Replicas, fault: Fault, stop: bool) -> None:
+        """The leading replica killed (its supervisor starts it again) or stopped a while (once
+        it runs again it finds its Lease taken, and exits)."""
+        leader = replicas.leader()
+        if not stop:
+            leader.stop(signal.SIGKILL)
+            return
+        leader.process.send_signal(signal.SIGSTOP)
+        await asyncio.sleep(fault.down)
+        leader.process.send_signal(signal.SIGCONT)
+
     def _restart_scheduler(self) -> None:
         """As a supervisor would: at once, and it must be ready within 30 s."""
         restarted = time.monotonic()
-        self.scheduler = start_scheduler(self.tb, name=self.name,
+        self.scheduler = start_scheduler(self.tb, name=self.name, extra=self.extra,
                                          hooks_port=self.tb.ports["hooks"], log_name=self.name)
         self.ready_after.append(round(time.monotonic() - restarted, 1))
 
+    async def two_replicas(self, at: float) -> None:
+        """At ``at`` (seconds after the start; between two faults), the one scheduler stopped
+        and two replicas with leader election started in its place."""
+        await asyncio.sleep(max(0.0, at - (time.monotonic() - self.started)))
+        async with self.busy:
+            print(f"[chaos] {self.now():7.1f}s  the scheduler runs as two replicas from here",
+                  flush=True)
+            await asyncio.to_thread(self.scheduler.stop)
+            self.replicas = Replicas(self.tb, self.name, self.extra)
+            await self.replicas.start()
+            self.replicas_at = self.now()
+
+    async def close(self) -> None:
+        """The replicas' forwarder and supervisor stopped (the replicas run on)."""
+        if self.replicas is not None:
+            await self.replicas.close()
+            self.ready_after += self.replicas.ready_after
+
+    def running(self) -> RunningScheduler | Replicas:
+        """What runs the scheduler now: one process, or the replicas."""
+        return self.replicas or self.scheduler
+
     def resume_all(self) -> None:
         """Nothing left stopped (a soak cut short mid-fault)."""
-        self.scheduler.process.send_signal(signal.SIGCONT)
+        for each in self.replicas.running if self.replicas else [self.scheduler]:
+            each.process.send_signal(signal.SIGCONT)
         with contextlib.suppress(TestbedError):
             cluster.kill_part(self.tb, "slurmctld", signal.SIGCONT, wait=False)

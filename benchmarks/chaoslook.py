@@ -23,6 +23,9 @@ from sunk.slurm.text import expand_hostlist
 PREFIX = "sunk.coreweave.com/"
 GANG_LABEL, GANG_SIZE, LOCK_ANNOTATION = PREFIX + "gang", PREFIX + "gang-size", LOCK_TAINT
 SLURM_NAMESPACE = "slurm"
+LWS_NAME, LWS_GROUP = "leaderworkerset.sigs.k8s.io/name", "leaderworkerset.sigs.k8s.io/group-index"
+LWS_SIZE, JOBSET_NAME = "leaderworkerset.sigs.k8s.io/size", "jobset.sigs.k8s.io/jobset-name"
+PLUGINS_GROUP = "scheduling.x-k8s.io/pod-group"
 _EXTRA = re.compile(r"^sunk-(?:pod|gang)=\S+ uid=(?P<uid>[0-9a-fA-F-]+) \S+"
                     r"(?: members=(?P<members>[0-9a-f,]+))?")
 ENDED = ("Succeeded", "Failed")
@@ -49,18 +52,36 @@ def requests(pod: Mapping[str, Any]) -> tuple[int, int]:
     return max([cpu, *(c for c, _ in init)]), max([memory, *(m for _, m in init)])
 
 
+def gang_of(pod: Mapping[str, Any]) -> tuple[str, int]:
+    """The gang a Pod belongs to, read from what each source writes on its Pods (not from
+    sunk's code), and its size where the Pod says it (0 where not): ("", 0) if none."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+    if gang := labels.get(GANG_LABEL):
+        return f"label:{gang}", int(notes.get(GANG_SIZE) or 0)
+    if lws := labels.get(LWS_NAME):
+        return (f"lws:{lws}-{labels.get(LWS_GROUP, '')}",
+                int(notes.get(LWS_SIZE) or 0) if str(notes.get(LWS_SIZE)).isdigit() else 0)
+    if jobset := labels.get(JOBSET_NAME):
+        return f"jobset:{jobset}", 0
+    if group := (spec.get("schedulingGroup") or {}).get("podGroupName"):
+        return f"workload:{group}", 0
+    if group := labels.get(PLUGINS_GROUP):
+        return f"podgroup:{group}", 0
+    return "", 0
+
+
 def pod_look(pod: Mapping[str, Any]) -> PodLook:
     meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
-    labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
-    cpu_m, memory = (0, 0) if status.get("phase") in ENDED else requests(pod)
+    ended = status.get("phase") in ENDED
+    cpu_m, memory = (0, 0) if ended else requests(pod)
     says = next((c.get("message") or "" for c in status.get("conditions") or []
                  if c.get("type") == "PodScheduled" and c.get("status") == "False"), "")
-    gang = labels.get(GANG_LABEL, "")
+    gang, size = gang_of(pod)
     return PodLook(meta["name"], meta["uid"], spec.get("nodeName") or "",
                    bool(meta.get("deletionTimestamp")),
-                   gang=f"{meta.get('namespace', '')}/{gang}" if gang else "",
-                   gang_size=int(notes.get(GANG_SIZE) or 0) if gang else 0,
-                   cpu_m=cpu_m, memory=memory, waiting_says=says)
+                   gang=f"{meta.get('namespace', '')}/{gang}" if gang else "", gang_size=size,
+                   cpu_m=cpu_m, memory=memory, waiting_says=says, ended=ended)
 
 
 def job_look(job: Mapping[str, Any]) -> JobLook:

@@ -15,8 +15,10 @@ def render(rec: results.Record) -> str:
     faults = ", ".join(f"{kind} {n}" for kind, n in sorted(by_kind.items()))
     restarts = f["scheduler_ready_after_restart_s"]
     lines = [
-        f"- {f['minutes']:g} minutes, seed {f['seed']}: {f['pods_created']} Pods created, "
-        f"{f['faults']} faults ({faults})",
+        f"- {f['minutes']:g} minutes, seed {f['seed']}: {f['pods_created']} Pods created"
+        + (f" ({f['pods_seen']} seen, with those the soak's Jobs, JobSets and "
+           "LeaderWorkerSets made)" if "pods_seen" in f else "")
+        + f", {f['faults']} faults ({faults})",
     ]
     if work := f.get("work"):
         lines.append("- work done: " + ", ".join(f"{kind} {n}"
@@ -38,7 +40,8 @@ def render(rec: results.Record) -> str:
 
 
 def summary(f: dict[str, Any]) -> str:
-    return (f"[chaos] {f['pods_created']} Pods, work {f['work']}, {f['faults']} faults "
+    return (f"[chaos] {f['pods_created']} Pods ({f.get('pods_seen', 0)} seen), work {f['work']}, "
+            f"{f['faults']} faults "
             f"{f['faults_by_kind']}, {f['looks']} looks ({f['unreadable_looks']} while a part "
             f"was down); violations: {len(f['violations'])}, still seen at the end: "
             f"{len(f['still_seen_at_end'])}; settled: {f['settled']}")

@@ -41,6 +41,8 @@ class PodLook:
     memory: int = 0
     #: The message of its PodScheduled=False condition ("" if none).
     waiting_says: str = ""
+    #: Its phase is Succeeded or Failed: it holds no room and needs no job.
+    ended: bool = False
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,7 @@ def violations(pods: Iterable[PodLook], jobs: Iterable[JobLook],
                 active.setdefault(key, []).append(job)
     found: list[Violation] = []
     for pod in pods:
-        if not pod.node or pod.deleting:
+        if not pod.node or pod.deleting or pod.ended:
             continue
         naming = _naming(pod, active)
         running = [parts for parts in naming.values()
@@ -195,7 +197,8 @@ def violations(pods: Iterable[PodLook], jobs: Iterable[JobLook],
                              for parts in naming.values() for j in parts) or "no active job"
             found.append(Violation("bound-pod-has-one-job", pod.name,
                                    f"bound to {pod.node}; {seen}"))
-    alive = {pod.uid for pod in pods} | {member_id(pod.uid) for pod in pods}
+    alive = ({pod.uid for pod in pods if not pod.ended}
+             | {member_id(pod.uid) for pod in pods if not pod.ended})
     seen_jobs: set[int] = set()
     for _, held in sorted(active.items()):
         for job in held:

@@ -3,6 +3,7 @@ benchmarks)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -87,15 +88,18 @@ def wait_ready(url: str, *, pid_alive: Callable[[], bool], log: Path,
 
 def start_scheduler(testbed: cluster.Testbed, *, name: str,
                     extra: list[str] | None = None, hooks_port: int | None = None,
-                    log_name: str | None = None) -> RunningScheduler:
-    """Start ``sunk-scheduler`` in cluster scope and wait until /readyz answers 200."""
+                    log_name: str | None = None,
+                    env: dict[str, str] | None = None) -> RunningScheduler:
+    """Start ``sunk-scheduler`` in cluster scope and wait until /readyz answers 200 (``env``:
+    more of its environment)."""
     health, metrics, hooks, dashboard = procs.free_ports(4)
     ports = {"health": health, "metrics": metrics, "hooks": hooks_port or hooks,
              "dashboard": dashboard}
     log = testbed.path / "logs" / f"{log_name or name}.log"
     cmd = command(testbed, name, ports, extra)
     with log.open("ab") as out:
-        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+                                   env={**os.environ, **env} if env else None)
     running = RunningScheduler(name, process, log, ports)
     try:
         wait_ready(running.url("health"), pid_alive=lambda: process.poll() is None, log=log)

@@ -190,3 +190,15 @@ def scheduler(testbed: cluster.Testbed) -> Iterator[RunningScheduler]:
     running = start_scheduler(testbed, name=SCHEDULER_NAME, hooks_port=testbed.ports["hooks"])
     yield running
     running.stop()
+
+
+@contextlib.contextmanager
+def hook_port_lent(scheduler: RunningScheduler, testbed: cluster.Testbed) -> Iterator[None]:
+    """The session's scheduler stopped for a while, so that another can serve the hook port
+    Slurm's scripts call; started again afterwards (the same object, a new process)."""
+    scheduler.stop()
+    try:
+        yield
+    finally:
+        again = start_scheduler(testbed, name=scheduler.name, hooks_port=testbed.ports["hooks"])
+        scheduler.process, scheduler.ports = again.process, again.ports

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from benchmarks.chaos import plan
 from benchmarks.chaosfaults import FAULTS, SLURMCTLD_CRASH, plan_faults
-from benchmarks.chaoswork import RATES, gang, plan_work
+from benchmarks.chaosobjects import GANG_SOURCES, labelled_gang
+from benchmarks.chaoswork import RATES, plan_work
 from benchmarks.invariants import JobLook, PodLook, Tracker, violations
 
 HOSTS = {"h100-000": "kwok-node-000", "h100-001": "kwok-node-001"}
@@ -29,10 +30,15 @@ def test_the_work_mixes_every_kind_at_its_rate_in_time_order() -> None:
     work = plan_work(7, 30)
     assert [w.at for w in work] == sorted(w.at for w in work)
     counts = {kind: sum(w.kind == kind for w in work) for kind in RATES}
-    for kind, rate in RATES.items():
-        assert 0.6 * rate * 1800 < counts[kind] < 1.4 * rate * 1800, (kind, counts[kind])
-    gangs = [w for w in work if w.kind == "gang"]
+    for kind, rate in RATES.items():  # a Poisson count: within three standard deviations
+        mean = rate * 1800
+        assert abs(counts[kind] - mean) <= 3 * mean ** 0.5, (kind, counts[kind], mean)
+    gangs = [w for w in work if w.kind in GANG_SOURCES]
     assert {w.size for w in gangs} == set(range(2, 9)) and any(w.het for w in gangs)
+    assert {w.kind for w in gangs} == set(GANG_SOURCES) and len(gangs) >= 50
+    assert all(w.kind == "gang" for w in gangs if w.het), "only sunk's label says a het gang"
+    assert {w.size for w in work if w.kind == "gpu-pod"} == {1, 2}
+    assert 0.05 < sum(w.denied for w in work if w.kind == "pod") / counts["pod"] < 0.15
     assert all(0.1 <= w.lifetime <= 3 for w in work if w.kind == "mid-bind")
     assert all(0 <= w.size < 8 for w in work if w.kind in ("sbatch", "cordon"))
     assert len({w.name for w in work if w.name}) == sum(bool(w.name) for w in work)
@@ -40,7 +46,7 @@ def test_the_work_mixes_every_kind_at_its_rate_in_time_order() -> None:
 
 def test_a_gangs_members_carry_its_label_size_and_rank_and_a_het_one_differs() -> None:
     (one,) = [w for w in plan_work(7, 30) if w.kind == "gang" and w.het][:1]
-    members = gang(one, "chaos", "sunk-chaos")
+    members = labelled_gang(one.name, "chaos", "sunk-chaos", one.size, one.cpus, het=True)
     assert len(members) == one.size
     labels = {m["metadata"]["labels"]["sunk.coreweave.com/gang"] for m in members}
     assert labels == {one.name}

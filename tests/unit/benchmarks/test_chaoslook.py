@@ -48,7 +48,7 @@ def test_a_look_reads_gangs_waiting_words_nodes_locks_and_drains() -> None:
     sbatch = {"job_id": 5, "name": "chaos-sbatch", "job_state": ["RUNNING"]}
     look = read("chaos", [member, done, slurmd], [job, sbatch], [node], [slurm_node], [])
     (g, finished) = look.pods
-    assert (g.gang, g.gang_size, g.waiting_says) == ("chaos/g", 3, "waiting for 2 nodes")
+    assert (g.gang, g.gang_size, g.waiting_says) == ("chaos/label:g", 3, "waiting for 2 nodes")
     assert (finished.cpu_m, finished.memory) == (0, 0), "an ended Pod holds no room"
     assert [o.cpu_m for o in look.others] == [1500]
     assert look.host_of == {"h100-000": "kwok-node-000"}
