@@ -168,11 +168,11 @@ async def soak(tb: cluster.Testbed, running: RunningScheduler, *, minutes: float
                extra: list[str] | None = None, two_replicas_at: float | None = None
                ) -> dict[str, Any]:
     """One soak with ``running`` (on the bed's hook port; restarted when a fault kills it,
-    and stopped at the end); its report. ``policy_configmap``: the ConfigMap of the soak's
-    namespace the scheduler reads its policies from (made by :func:`make_policy_configmap`),
-    if it does; the work edits it. ``extra``: the scheduler's flags beyond the bed's, for its
-    restarts. ``two_replicas_at``: when (a share of the run) the scheduler becomes two replicas
-    with leader election."""
+    and stopped at the end); its report. ``policy_configmap``: the name of the ConfigMap of
+    the soak's namespace the scheduler reads its policies from (made by
+    :func:`make_policy_configmap`), if it does; the work edits it. ``extra``: the scheduler's
+    flags beyond the bed's, for its restarts. ``two_replicas_at``: when (a share of the run)
+    the scheduler becomes two replicas with leader election."""
     rates = RATES if policy_configmap else {k: v for k, v in RATES.items()
                                             if k != "policy-edit"}
     the_plan = plan(seed, minutes, slurmctld_crashes=slurmctld_crashes, parts=parts,
@@ -235,7 +235,7 @@ async def run(tb: cluster.Testbed, running: RunningScheduler, args: argparse.Nam
     found = await soak(tb, running, minutes=args.minutes, seed=args.seed,
                        slurmctld_crashes=args.slurmctld_crashes,
                        per_minute=args.faults_per_minute,
-                       policy_configmap=f"{NAMESPACE}/{POLICY_CONFIGMAP}", extra=EXTRA,
+                       policy_configmap=POLICY_CONFIGMAP, extra=EXTRA,
                        two_replicas_at=args.two_replicas_at if args.two_replicas_at < 1 else None)
     found.pop("scheduler").stop()  # the one running now (a fault may have replaced it)
     return found

@@ -41,6 +41,7 @@ class Replicas:
     leading: int | None = None
     _server: asyncio.Server | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _pipes: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def start(self) -> None:
         """Both replicas (each waits until ready), then the forwarder on the bed's hook port."""
@@ -92,11 +93,19 @@ class Replicas:
         except OSError:
             writer.close()
             return
+        # Held here until they end: a task only a closed connection refers to is collected.
+        pipes = {asyncio.create_task(_pipe(reader, up_writer)),
+                 asyncio.create_task(_pipe(up_reader, writer))}
+        self._pipes |= pipes
         try:
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for w in (writer, up_writer):
                 w.close()
+            for task in pipes:
+                task.cancel()
+            await asyncio.gather(*pipes, return_exceptions=True)
+            self._pipes -= pipes
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         """Every replica stopped, and the forwarder (call :meth:`close` from the loop first)."""
@@ -104,9 +113,9 @@ class Replicas:
             replica.stop(sig)
 
     async def close(self) -> None:
-        for task in self._tasks:
+        for task in [*self._tasks, *self._pipes]:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._pipes, return_exceptions=True)
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(TimeoutError):  # a long poll may still be open
@@ -115,9 +124,8 @@ class Replicas:
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """One direction of a connection, until its end closes or fails."""
     with contextlib.suppress(OSError):
         while data := await reader.read(65536):
             writer.write(data)
             await writer.drain()
-    with contextlib.suppress(OSError):
-        writer.write_eof()
