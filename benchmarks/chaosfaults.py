@@ -32,6 +32,8 @@ FAULTS = ("kill scheduler", "stop scheduler", "kill slurmctld", "stop slurmctld"
 SLURMCTLD_CRASH = "kill slurmctld"
 #: How often a fault comes (per minute), and how often an outage is a long one.
 PER_MINUTE, LONG_SHARE = 1.1, 0.2
+#: How many times a supervisor starts a scheduler that fails to start before the soak gives up.
+RESTARTS = 5
 
 
 @dataclass(frozen=True)
@@ -148,10 +150,21 @@ class Injector:
         leader.process.send_signal(signal.SIGCONT)
 
     def _restart_scheduler(self) -> None:
-        """As a supervisor would: at once, and it must be ready within 30 s."""
+        """As a supervisor would: at once, and again while it fails to start (the time to
+        ready counts them all: it must be ready within 30 s)."""
         restarted = time.monotonic()
-        self.scheduler = start_scheduler(self.tb, name=self.name, extra=self.extra,
-                                         hooks_port=self.tb.ports["hooks"], log_name=self.name)
+        for attempt in range(RESTARTS):
+            try:
+                self.scheduler = start_scheduler(self.tb, name=self.name, extra=self.extra,
+                                                 hooks_port=self.tb.ports["hooks"],
+                                                 log_name=self.name)
+                break
+            except TestbedError as exc:
+                print(f"[chaos] {self.now():7.1f}s  the scheduler did not start: {exc}",
+                      flush=True)
+                if attempt == RESTARTS - 1:
+                    raise
+                time.sleep(2)
         self.ready_after.append(round(time.monotonic() - restarted, 1))
 
     async def two_replicas(self, at: float) -> None:

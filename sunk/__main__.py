@@ -163,7 +163,10 @@ async def _step_down(parts: Parts | None, election: _Election | None,
 async def run(settings: Settings) -> None:
     policy_settings = _policy_settings(settings)
     if settings.policies_configmap is None:
-        policies = PolicyStore.from_directory(settings.policies_dir, settings=policy_settings)
+        try:
+            policies = PolicyStore.from_directory(settings.policies_dir, settings=policy_settings)
+        except PolicyLoadError as error:  # the watch puts a set in force once one loads
+            policies = PolicyStore.without_a_set(error, policy_settings)
     api = await kube.connect_waiting(settings.kubeconfig)
     slurm = SlurmClient(settings.slurm_api_base, token=settings.slurm_token,
                         user=settings.slurm_user, version=settings.slurm_api_version)

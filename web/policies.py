@@ -32,7 +32,8 @@ def policy_info(engine: PolicyEngine) -> list[PolicyInfo]:
 
 def policies(scheduler: SchedulerView) -> PolicyView:
     status = scheduler.policies.status()
-    engine = scheduler.policies.engine
+    # Generation 0: none in force (the set did not load at start-up; new Pods wait).
+    engine = scheduler.policies.engine if status.generation else None
     errors = [] if status.error is None else [
         IssueView(message=issue.message, source=str(issue.origin or ""),
                   policy=issue.policy or "", field=issue.field or "")
@@ -42,7 +43,7 @@ def policies(scheduler: SchedulerView) -> PolicyView:
                                   enforced=e.error.enforced)
               for e in scheduler.policies.recent_errors()]
     return PolicyView(
-        generation=status.generation, policies=policy_info(engine),
+        generation=status.generation, policies=policy_info(engine) if engine else [],
         loaded_at=utc(status.loaded_at), last_reload_ok=status.error is None, errors=errors,
         error_at=utc(status.error_at) if status.error_at is not None else None,
         evaluation_errors=recent)

@@ -150,6 +150,8 @@ class GangReconciler:
         whole = await self.cluster.whole_pod(pod)
         if whole is None:  # gone, or replaced by a Pod of that name: its events follow
             return (do.RetryLater(f"pod {meta.key} is gone or was replaced"),)
+        if (why := self.policies.not_in_force()) is not None:
+            return (podplan.await_policies(why),)
         decision = self.policies.evaluate(whole, namespace)
         return podplan.plan_submission(pod, decision, self.cluster.snapshot(),
                                        self.translate_settings, annotation_prefix=self.prefix,

@@ -36,8 +36,9 @@ async def load(api: kube.Client, namespace: str, name: str,
                settings: Mapping[str, Any] | None = None, *, attempts: int | None = None,
                delay: float = 0.5) -> PolicyStore:
     """The policy set of the ConfigMap, at start-up. Raises PolicyLoadError if it does not
-    exist, may not be read, or does not load; waits out an unreachable API server (``attempts``
-    times, or for as long as it takes)."""
+    exist or may not be read; waits out an unreachable API server (``attempts`` times, or for
+    as long as it takes). A set that does not load puts none in force: the watch puts one in
+    force once an edit loads (see :class:`sunk.policy.PolicyStore`)."""
     where = f"ConfigMap {namespace}/{name}"
     problem = ""
     attempt = 0
@@ -54,7 +55,11 @@ async def load(api: kube.Client, namespace: str, name: str,
             log.warning("reading %s failed (try %d): %s", where, attempt, exc)
             await asyncio.sleep(min(30.0, delay * 2 ** (attempt - 1)))
             continue
-        return PolicyStore.from_configmap(body.get("data"), settings)
+        try:
+            return PolicyStore.from_configmap(body.get("data"), settings)
+        except PolicyLoadError as error:
+            log.error("the policies of %s do not load", where)
+            return PolicyStore.without_a_set(error, settings)
     raise PolicyLoadError([PolicyIssue(f"{where} could not be read: {problem}")])
 
 

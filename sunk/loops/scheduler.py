@@ -53,10 +53,7 @@ log = logging.getLogger("sunk.loops.scheduler")
 class Scheduler:
     def __init__(self, cluster: Cluster, watch: SlurmWatch, executor: Executor,
                  policies: PolicyStore) -> None:
-        self.cluster = cluster
-        self.watch = watch
-        self.executor = executor
-        self.policies = policies
+        self.cluster, self.watch, self.executor, self.policies = cluster, watch, executor, policies
         self.settings = settings = cluster.settings
         self.queue: WorkQueue[QueueKey] = WorkQueue(
             observe_wait=metrics.child(metrics.QUEUE_WAIT, "pods").observe)
@@ -267,9 +264,10 @@ class Scheduler:
 
     async def _plan_submission(self, pod: kube.Obj, *, first_try: bool
                                ) -> Sequence[do.PodAction]:
-        """A new job's part of the plan: the Pod's Namespace and whole object read, the
-        policies' decision, then :func:`podplan.plan_submission` (or a wait while either is
-        missing)."""
+        """A new job's part of the plan: the policies' decision on the whole Pod and its
+        Namespace, then :func:`podplan.plan_submission` (or a wait while any is missing)."""
+        if (why := self.policies.not_in_force()) is not None:
+            return [podplan.await_policies(why)]
         meta = objects.pod(pod).metadata
         namespace = self.cluster.namespace(meta.namespace)
         if namespace is None:  # its watch is behind the Pod's: policies may read it
@@ -278,10 +276,10 @@ class Scheduler:
         if whole is None:  # gone, or replaced by a Pod of that name: its events follow
             return [do.RetryLater(f"pod {meta.key} is gone or was replaced")]
         decision = self.policies.evaluate(whole, namespace)
-        return podplan.plan_submission(
-            pod, decision, self.cluster.snapshot(), self.translate_settings,
-            annotation_prefix=self.settings.annotation_prefix, first_try=first_try,
-            claims=self.cluster.devices.claims_of(pod))
+        return podplan.plan_submission(pod, decision, self.cluster.snapshot(),
+                                       self.translate_settings, first_try=first_try,
+                                       annotation_prefix=self.settings.annotation_prefix,
+                                       claims=self.cluster.devices.claims_of(pod))
 
     def _record(self, pod: kube.Obj, facts: podplan.PodFacts) -> PodRecord:
         """The Pod's line on the dashboard, brought up to date."""

@@ -171,6 +171,16 @@ def plan_deleted(job_id: int, job: JobView | None) -> tuple[do.CancelJob, ...]:
     return ()
 
 
+#: How often a Pod that waits for a policy set to be in force looks again.
+POLICIES_AWAITED_EVERY = 10.0
+
+
+def await_policies(why: str) -> do.RetryLater:
+    """No policy set is in force (one that does not load, since start-up): the Pod cannot be
+    judged, so it waits, saying why, and is looked at again soon; never refused for it."""
+    return do.RetryLater(why, after=POLICIES_AWAITED_EVERY, show=waiting.scheduler_error(why))
+
+
 def plan_submission(pod: Mapping[str, Any], admission: Decision, snapshot: placement.Snapshot,
                     settings: translate.TranslateSettings, *, annotation_prefix: str,
                     first_try: bool, claims: ClaimsSeen | None = None

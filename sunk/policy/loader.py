@@ -110,17 +110,25 @@ class PolicyStatus:
 
 
 class PolicyStore:
-    """The policy set in force, replaced by each good reload and kept through bad ones."""
+    """The policy set in force, replaced by each good reload and kept through bad ones.
 
-    def __init__(self, engine: PolicyEngine, sources: Mapping[str, str] | None = None) -> None:
+    A scheduler started while its set does not load (a broken ConfigMap edit, then a restart)
+    has no set in force (:meth:`without_a_set`): it runs, keeps Pods and jobs in step and
+    serves the hooks, and new Pods wait, saying why (:meth:`not_in_force`), until a reload
+    puts a set in force. Crashing instead would stop the hooks Slurm's jobs wait on."""
+
+    def __init__(self, engine: PolicyEngine | None, sources: Mapping[str, str] | None = None,
+                 settings: Mapping[str, Any] | None = None) -> None:
         self._engine = engine
+        self._settings = engine.settings if engine is not None else settings
         self._sources = dict(sources) if sources is not None else None
-        self._generation = 1
+        self._generation = 1 if engine is not None else 0
         self._loaded_at = time.time()
         self._error: PolicyLoadError | None = None
         self._error_at: float | None = None
         self._recent: deque[RecentError] = deque(maxlen=RECENT_ERRORS)
-        metrics.RELOADS.inc()
+        if engine is not None:
+            metrics.RELOADS.inc()
 
     @classmethod
     def from_sources(
@@ -153,16 +161,38 @@ class PolicyStore:
         """Start-up from a ConfigMap's ``data``; raises PolicyLoadError."""
         return cls.from_sources(_policy_keys(data), settings)
 
+    @classmethod
+    def without_a_set(
+        cls, error: PolicyLoadError, settings: Mapping[str, Any] | None = None
+    ) -> PolicyStore:
+        """Start-up with a set that does not load: nothing in force until a reload loads one."""
+        store = cls(None, None, settings)
+        store._fail(error)
+        return store
+
+    def not_in_force(self) -> str | None:
+        """Why no policy set is in force (a Pod cannot be judged, so it waits), or None."""
+        if self._engine is not None:
+            return None
+        problem = " ".join(line.strip() for line in str(self._error or "not loaded").splitlines())
+        if len(problem) > 300:
+            problem = problem[:299] + "…"
+        return f"no policy set is in force ({problem}); new Pods wait until one loads"
+
     @property
     def engine(self) -> PolicyEngine:
-        """The engine in force; take it once per Pod so a reload cannot change it mid-way."""
+        """The engine in force; take it once per Pod so a reload cannot change it mid-way.
+        Raises RuntimeError while none is (:meth:`not_in_force`)."""
+        if self._engine is None:
+            raise RuntimeError(self.not_in_force())
         return self._engine
 
     def evaluate(
         self, pod: Mapping[str, Any], namespace: Mapping[str, Any] | None = None
     ) -> Decision:
-        """The decision of the policy set in force for ``pod``; never raises."""
-        decision = self._engine.evaluate(pod, namespace)
+        """The decision of the policy set in force for ``pod``; never raises while one is
+        (ask :meth:`not_in_force` first)."""
+        decision = self.engine.evaluate(pod, namespace)
         if decision.errors:
             now, name = time.time(), pod_name(pod)
             self._recent.extend(RecentError(now, name, error) for error in decision.errors)
@@ -175,7 +205,7 @@ class PolicyStore:
     def status(self) -> PolicyStatus:
         return PolicyStatus(
             generation=self._generation,
-            policies=self._engine.names,
+            policies=self._engine.names if self._engine is not None else (),
             loaded_at=self._loaded_at,
             error=self._error,
             error_at=self._error_at,
@@ -192,7 +222,7 @@ class PolicyStore:
             return self._error is None
         self._sources = sources
         try:
-            engine = load_sources(sources, self._engine.settings)
+            engine = load_sources(sources, self._settings)
         except PolicyLoadError as error:
             self._fail(error)
             return False
@@ -232,7 +262,11 @@ class PolicyStore:
         self._error = error
         self._error_at = time.time()
         metrics.LOAD_ERRORS.inc()
-        _log.error("policy set not loaded, set %d stays in force: %s", self._generation, error)
+        if self._engine is None:
+            _log.error("policy set not loaded, none in force (new Pods wait): %s", error)
+        else:
+            _log.error("policy set not loaded, set %d stays in force: %s", self._generation,
+                       error)
 
 
 def _read(path: Path | str) -> dict[str, str]:

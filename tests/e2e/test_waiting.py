@@ -14,6 +14,7 @@ import httpx
 
 from sunk.kube import Client
 from testbed import cluster, errors, pki
+from testbed.scheduler import start_scheduler
 from tests.e2e.conftest import REPO, RunningScheduler
 from tests.e2e.helpers import call_api, create, eventually, get_pod, pod_manifest, wait_bound
 from tests.e2e.helpers import job as slurm_job
@@ -216,3 +217,40 @@ async def test_kubectl_sunk_tells_a_user_what_their_rbac_lets_them_read(
         assert "Why:        Slurm job " in why.stdout and "(ReqNodeNotAvail)" in why.stdout
     finally:
         testbed.slurm("scontrol", "update", f"nodename={held.slurm_name}", "state=resume")
+
+
+async def test_a_scheduler_started_on_policies_that_do_not_load_runs_and_its_pods_wait(
+        kube: Client, namespace: str, testbed: cluster.Testbed) -> None:
+    """Its policy ConfigMap broken when it starts (an edit gone wrong, then a restart): it
+    starts anyway and is ready (its hooks are what Slurm's jobs wait on), a new Pod waits
+    saying why, never refused, and is scheduled once an edit puts a set in force."""
+    name = "sunk-e2e-unloaded"
+    async with call_api(kube, "POST", namespace=namespace, url="configmaps", json={
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "policies"},
+            "data": {"10-broken.yaml": "kind: SchedulingPolicy\nspec: [\n"}}):
+        pass
+    running = start_scheduler(testbed, name=name,
+                              extra=[f"--policies-configmap={namespace}/policies"])
+    try:
+        await create(kube, pod_manifest("waits", namespace, name))
+
+        async def says_why() -> dict[str, Any] | None:
+            found = scheduled(await get_pod(kube, namespace, "waits"))
+            return found if found and "no policy set is in force" in found.get(
+                "message", "") else None
+
+        condition = await eventually(says_why, within=30)
+        assert (condition["status"], condition["reason"]) == ("False", "SchedulerError")
+        assert "invalid YAML" in condition["message"], condition["message"]
+        async with httpx.AsyncClient(timeout=5) as probe:
+            assert (await probe.get(running.url("health") + "/readyz")).status_code == 200
+        good = {p.name: p.read_text() for p in sorted((REPO / "policies").glob("*.yaml"))}
+        async with call_api(kube, "PATCH", namespace=namespace, url="configmaps/policies",
+                            headers={"Content-Type": "application/merge-patch+json"},
+                            json={"data": {**good, "10-broken.yaml": None}}):
+            pass
+        await wait_bound(kube, namespace, "waits", within=60)
+        pod = await get_pod(kube, namespace, "waits")
+        assert PREFIX + "rejected" not in (pod or {})["metadata"].get("annotations", {})
+    finally:
+        running.stop()

@@ -9,6 +9,7 @@ import pytest
 
 from sunk import kube
 from sunk.loops import policywatch
+from sunk.plans import podplan, waiting
 from sunk.policy import PolicyLoadError, PolicyStore
 from tests.unit.policy.pods import pod
 
@@ -80,6 +81,24 @@ async def test_a_missing_or_forbidden_configmap_stops_start_up(fake: FakeApi, st
     with pytest.raises(PolicyLoadError, match=problem):
         await policywatch.load(API, "ops", "policies")
     assert len(fake.calls) == 1
+
+
+async def test_a_configmap_that_does_not_load_starts_with_no_set_the_watch_then_fills(
+        fake: FakeApi) -> None:
+    fake.answers = [{"data": {"gate.yaml": "spec: ["}}]
+    store = await policywatch.load(API, "ops", "policies", {"killWaitSeconds": 30})
+    why = store.not_in_force()
+    assert why is not None and "gate.yaml" in why and store.status().generation == 0
+    watch = policywatch.ConfigMapPolicies(API, "ops", "policies", store)
+    watch.on_event("MODIFIED", {"data": {"gate.yaml": gate("Fixed")}})
+    assert store.not_in_force() is None and store.evaluate(pod()).reason == "Fixed"
+
+
+def test_a_pod_waits_for_a_policy_set_saying_why_and_is_never_refused_for_it() -> None:
+    later = podplan.await_policies("no policy set is in force (gate.yaml: bad)")
+    assert later.after == podplan.POLICIES_AWAITED_EVERY and later.show is not None
+    assert (later.show.reason, later.show.message) == (
+        waiting.SCHEDULER_ERROR, "no policy set is in force (gate.yaml: bad)")
 
 
 async def test_an_unreachable_api_server_is_retried_then_reported(fake: FakeApi) -> None:

@@ -333,6 +333,35 @@ def test_reloads_keep_the_settings() -> None:
     assert store.engine.settings["killWaitSeconds"] == 99
 
 
+def test_a_store_started_without_a_set_says_why_until_a_reload_puts_one_in_force() -> None:
+    before = load_errors()
+    error = PolicyLoadError([PolicyIssue("invalid YAML: expected the node content",
+                                         Origin("10.yaml", 1))])
+    store = PolicyStore.without_a_set(error, settings={"killWaitSeconds": 99})
+    assert load_errors() == before + 1
+    why = store.not_in_force()
+    assert why is not None and "no policy set is in force" in why
+    assert "10.yaml document 1: invalid YAML" in why and "\n" not in why
+    with pytest.raises(RuntimeError, match="no policy set is in force"):
+        store.evaluate(pod())
+    status = store.status()
+    assert (status.generation, status.policies, status.error) == (0, (), error)
+    assert not store.reload({"a.yaml": "spec: ["}), "still none"
+    assert store.not_in_force() is not None and store.status().generation == 0
+    assert store.reload({"a.yaml": deny_all("First")})
+    assert store.not_in_force() is None and store.status().generation == 1
+    assert store.engine.settings["killWaitSeconds"] == 99, "the settings it started with"
+    assert store.evaluate(pod()).reason == "First"
+    assert not store.reload({"a.yaml": "spec: ["}), "and then kept, as any set in force"
+    assert store.evaluate(pod()).reason == "First"
+
+
+def test_a_long_load_error_is_cut_short_for_the_pods_condition() -> None:
+    error = PolicyLoadError([PolicyIssue("x" * 500)])
+    why = PolicyStore.without_a_set(error).not_in_force()
+    assert why is not None and len(why) < 400 and "…" in why
+
+
 async def eventually(condition: Callable[[], bool]) -> None:
     """Wait for the watcher, which polls, to have acted."""
     for _ in range(1000):
