@@ -198,6 +198,11 @@ async def soak(tb: cluster.Testbed, running: RunningScheduler, *, minutes: float
             await asyncio.gather(the_soak.worker.run(the_plan.work),
                                  injector.run(the_plan.faults), *two)
             settled = await the_soak.drain()
+        except BaseException:  # cut short: nothing of the soak's may run on
+            if injector.replicas is not None:
+                await injector.close()
+                injector.replicas.stop()
+            raise
         finally:
             stop.set()
             await checker

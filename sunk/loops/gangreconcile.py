@@ -126,6 +126,8 @@ class GangReconciler:
         """The gang's job as part of its plan: every member through the policies and
         translated as a Pod would be (stopping at the first that cannot be submitted), then
         :func:`gangplan.plan_gang_submission`."""
+        if (why := self.policies.not_in_force()) is not None:  # each member says why
+            return tuple((member.key, podplan.await_policies(why)) for member in found.members)
         members: list[gangplan.MemberSubmission] = []
         for member in found.members:
             pod = pods[member.key]
@@ -150,8 +152,6 @@ class GangReconciler:
         whole = await self.cluster.whole_pod(pod)
         if whole is None:  # gone, or replaced by a Pod of that name: its events follow
             return (do.RetryLater(f"pod {meta.key} is gone or was replaced"),)
-        if (why := self.policies.not_in_force()) is not None:
-            return (podplan.await_policies(why),)
         decision = self.policies.evaluate(whole, namespace)
         return podplan.plan_submission(pod, decision, self.cluster.snapshot(),
                                        self.translate_settings, annotation_prefix=self.prefix,
