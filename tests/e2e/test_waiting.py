@@ -222,8 +222,9 @@ async def test_kubectl_sunk_tells_a_user_what_their_rbac_lets_them_read(
 async def test_a_scheduler_started_on_policies_that_do_not_load_runs_and_its_pods_wait(
         kube: Client, namespace: str, testbed: cluster.Testbed) -> None:
     """Its policy ConfigMap broken when it starts (an edit gone wrong, then a restart): it
-    starts anyway and is ready (its hooks are what Slurm's jobs wait on), a new Pod waits
-    saying why, never refused, and is scheduled once an edit puts a set in force."""
+    starts anyway and is ready (its hooks are what Slurm's jobs wait on), a new Pod and each
+    member of a new gang wait saying why, never refused, and are scheduled once an edit puts
+    a set in force."""
     name = "sunk-e2e-unloaded"
     async with call_api(kube, "POST", namespace=namespace, url="configmaps", json={
             "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "policies"},
@@ -232,16 +233,23 @@ async def test_a_scheduler_started_on_policies_that_do_not_load_runs_and_its_pod
     running = start_scheduler(testbed, name=name,
                               extra=[f"--policies-configmap={namespace}/policies"])
     try:
+        names = ["waits", "pair-0", "pair-1"]
         await create(kube, pod_manifest("waits", namespace, name))
+        for member in names[1:]:
+            manifest = pod_manifest(member, namespace, name, annotations={
+                f"{PREFIX}gang-size": "2"})
+            manifest["metadata"]["labels"] = {f"{PREFIX}gang": "pair"}
+            await create(kube, manifest)
 
-        async def says_why() -> dict[str, Any] | None:
-            found = scheduled(await get_pod(kube, namespace, "waits"))
-            return found if found and "no policy set is in force" in found.get(
-                "message", "") else None
+        for waiting in names:
+            async def says_why(pod: str = waiting) -> dict[str, Any] | None:
+                found = scheduled(await get_pod(kube, namespace, pod))
+                return found if found and "no policy set is in force" in found.get(
+                    "message", "") else None
 
-        condition = await eventually(says_why, within=30)
-        assert (condition["status"], condition["reason"]) == ("False", "SchedulerError")
-        assert "invalid YAML" in condition["message"], condition["message"]
+            condition = await eventually(says_why, within=30)
+            assert (condition["status"], condition["reason"]) == ("False", "SchedulerError")
+            assert "invalid YAML" in condition["message"], condition["message"]
         async with httpx.AsyncClient(timeout=5) as probe:
             assert (await probe.get(running.url("health") + "/readyz")).status_code == 200
         good = {p.name: p.read_text() for p in sorted((REPO / "policies").glob("*.yaml"))}
@@ -249,8 +257,9 @@ async def test_a_scheduler_started_on_policies_that_do_not_load_runs_and_its_pod
                             headers={"Content-Type": "application/merge-patch+json"},
                             json={"data": {**good, "10-broken.yaml": None}}):
             pass
-        await wait_bound(kube, namespace, "waits", within=60)
-        pod = await get_pod(kube, namespace, "waits")
-        assert PREFIX + "rejected" not in (pod or {})["metadata"].get("annotations", {})
+        for waiting in names:
+            await wait_bound(kube, namespace, waiting, within=60)
+            pod = await get_pod(kube, namespace, waiting)
+            assert PREFIX + "rejected" not in (pod or {})["metadata"].get("annotations", {})
     finally:
         running.stop()
