@@ -25,6 +25,8 @@ def render(rec: results.Record) -> str:
                                                   for kind, n in sorted(work.items())))
     lines.append(f"- {f['looks']} looks at both sides ({f['unreadable_looks']} while a part "
                  "was down and did not answer)")
+    if (two := f.get("two_replicas_from_s")) is not None:
+        lines.append(f"- two replicas with leader election from {two} s on")
     if restarts:
         lines.append(f"- scheduler ready after its restarts: {', '.join(map(str, restarts))} s")
     lines.append("- settled afterwards (no Pod, no job, no lock, taint or drain of sunk's "

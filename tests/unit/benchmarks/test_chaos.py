@@ -133,9 +133,12 @@ def test_the_record_renders_each_invariant_with_its_violations() -> None:
                "work": {"pod": 690, "gang": 10}, "looks": 1400,
                "unreadable_looks": 90, "scheduler_ready_after_restart_s": [3.1],
                "settled": True, "invariants": {k: v[0] for k, v in INVARIANTS.items()},
+               "two_replicas_from_s": 360.5, "pods_seen": 750,
                "violations": [violation], "still_seen_at_end": []}
     text = render({"figures": figures})  # type: ignore[typeddict-item]
-    assert "700 Pods created, 13 faults (kill slurmctld 5, stop scheduler 8)" in text
+    assert "700 Pods created (750 seen, with those the soak's Jobs, JobSets and " in text
+    assert "13 faults (kill slurmctld 5, stop scheduler 8)" in text
+    assert "- two replicas with leader election from 360.5 s on" in text
     assert "work done: gang 10, pod 690" in text
     assert f"| {INVARIANTS['bound-pod-has-one-job'][0]} | none |" in text
     assert f"| {INVARIANTS['no-job-without-pod'][0]} | 1 |" in text
