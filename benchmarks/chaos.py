@@ -194,20 +194,18 @@ async def soak(tb: cluster.Testbed, running: RunningScheduler, *, minutes: float
         injector = the_soak.injector
         two = [] if two_replicas_at is None else [injector.two_replicas(two_replicas_at * 60 *
                                                                         minutes)]
+        settled: bool | None = None
         try:
             await asyncio.gather(the_soak.worker.run(the_plan.work),
                                  injector.run(the_plan.faults), *two)
             settled = await the_soak.drain()
-        except BaseException:  # cut short: nothing of the soak's may run on
-            if injector.replicas is not None:
-                await injector.close()
-                injector.replicas.stop()
-            raise
         finally:
             stop.set()
             await checker
             injector.resume_all()
             await injector.close()
+            if settled is None and injector.replicas is not None:
+                injector.replicas.stop()  # cut short: nothing of the soak's may run on
         lasting = the_soak.tracker.lasting(the_soak.now())
     return figures(the_soak, seed=seed, minutes=minutes, settled=settled, lasting=lasting)
 

@@ -60,8 +60,8 @@ def gang_of(pod: Mapping[str, Any]) -> tuple[str, int]:
     if gang := labels.get(GANG_LABEL):
         return f"label:{gang}", int(notes.get(GANG_SIZE) or 0)
     if lws := labels.get(LWS_NAME):
-        return (f"lws:{lws}-{labels.get(LWS_GROUP, '')}",
-                int(notes.get(LWS_SIZE) or 0) if str(notes.get(LWS_SIZE)).isdigit() else 0)
+        size = str(notes.get(LWS_SIZE, ""))
+        return f"lws:{lws}-{labels.get(LWS_GROUP, '')}", int(size) if size.isdigit() else 0
     if jobset := labels.get(JOBSET_NAME):
         return f"jobset:{jobset}", 0
     if group := (spec.get("schedulingGroup") or {}).get("podGroupName"):
