@@ -87,7 +87,13 @@ def pod_look(pod: Mapping[str, Any]) -> PodLook:
 def job_look(job: Mapping[str, Any]) -> JobLook:
     m = _EXTRA.match(job.get("extra") or "")
     nodes = str(job.get("nodes") or "")
-    node_list = tuple(expand_hostlist(nodes)) if nodes else ()
+    # gres_detail follows the allocation (Slurm's node order); ``nodes`` is printed sorted by
+    # name once the job ends.
+    resources = job.get("job_resources")
+    allocated = (resources.get("nodes") or {}).get("allocation") if isinstance(
+        resources, Mapping) else None
+    node_list = (tuple(str(a.get("name")) for a in allocated) if allocated
+                 else tuple(expand_hostlist(nodes)) if nodes else ())
     gpus = frozenset((node, int(i)) for node, detail in zip(node_list, job.get("gres_detail")
                                                             or [], strict=False)
                      for i in gres_indexes(str(detail)))

@@ -91,7 +91,7 @@ class GangReconciler:
             view = JobView.of(job)
             nodes = hetjob.ranked_nodes([expand_hostlist(c) for c in job.components] if
                                         job.components else [expand_hostlist(job.nodes)],
-                                        job.owner.parts)
+                                        job.owner.parts, self.cluster.state.slurm_nodes)
             gang_job = gangplan.GangJob(job.job_id, view, job.owner.members, nodes,
                                         job.owner.parts)
         started_for = None

@@ -93,7 +93,10 @@ async def assert_in_components(testbed: cluster.Testbed, slurm: httpx.AsyncClien
             for p in parts] == shapes
     leader = parts[0]["job_id"]
     k8s = {n.slurm_name: n.k8s_name for n in testbed.nodes}
-    left = [list(expand_hostlist(p["nodes"])) for p in parts]
+    # Slurm numbers a component's tasks in its node-table order (the bed's), and prints an
+    # ended job's nodes sorted by name: the order is the bed's, not the printed one.
+    order = [n.slurm_name for n in testbed.nodes]
+    left = [sorted(expand_hostlist(p["nodes"]), key=order.index) for p in parts]
     for rank, pod in enumerate(pods):
         annotations = pod["metadata"]["annotations"]
         asks_gpu = "nvidia.com/gpu" in pod["spec"]["containers"][0]["resources"]["requests"]

@@ -173,6 +173,20 @@ def test_each_member_gets_the_next_node_of_its_component() -> None:
     assert hetjob.ranked_nodes([["n1", "n2"]], ()) == ("n1", "n2")
 
 
+def test_ranks_follow_slurms_node_order_not_the_printed_one() -> None:
+    """Slurm prints an ended job's nodes sorted by name (``a100-[005,007],h100-006``); its
+    tasks were numbered in node-table order, and so are the members."""
+    order = ["h100-004", "a100-005", "h100-006", "a100-007"]
+    printed = [["h100-004"], ["a100-005", "a100-007", "h100-006"]]
+    assert hetjob.ranked_nodes(printed, (0, 1, 1, 1), order) == (
+        "h100-004", "a100-005", "h100-006", "a100-007")
+    assert hetjob.ranked_nodes([["a100-005", "a100-007", "h100-006"]], (), order) == (
+        "a100-005", "h100-006", "a100-007")
+    # A node Slurm's table does not list (yet) keeps its printed place, after the rest.
+    assert hetjob.ranked_nodes([["x2", "a100-007", "x1", "a100-005"]], (), order) == (
+        "a100-005", "a100-007", "x2", "x1")
+
+
 @pytest.mark.parametrize("components", [[["c1"]], [["c1"], ["g1"]], [[], ["g1", "g2"]],
                                         [["c1"], ["g1", "g2"], ["x"]]])
 def test_node_lists_that_do_not_match_the_members_give_none(components: list[list[str]]
