@@ -23,10 +23,11 @@ def render(rec: results.Record) -> str:
     if work := f.get("work"):
         lines.append("- work done: " + ", ".join(f"{kind} {n}"
                                                   for kind, n in sorted(work.items())))
-    lines.append(f"- {f['looks']} looks at both sides ({f['unreadable_looks']} while a part "
-                 "was down and did not answer)")
+    looks = (f"- {f['looks']} looks at both sides ({f['unreadable_looks']} while a part was "
+             "down and did not answer)")
     if (two := f.get("two_replicas_from_s")) is not None:
-        lines.append(f"- two replicas with leader election from {two} s on")
+        looks += f"; two replicas with leader election from {two} s on"
+    lines.append(looks)
     if restarts:
         lines.append(f"- scheduler ready after its restarts: {', '.join(map(str, restarts))} s")
     lines.append("- settled afterwards (no Pod, no job, no lock, taint or drain of sunk's "

@@ -182,9 +182,9 @@ def render(f: dict[str, Any]) -> str:
     sizes = [size for size, row in f["sizes"].items() if row.get("requests_per_member")]
     if sizes:
         kinds = sorted({k for size in sizes for k in f["sizes"][size]["requests_per_member"]})
-        lines += ["", "Requests the scheduler made per member (its own counters; the hooks "
-                  "count the calls Slurm's scripts made to it):", "",
-                  "| request | " + " | ".join(f"gangs of {size}" for size in sizes) + " |",
+        lines += ["", "| the scheduler's requests per member (its own counters; a hook's: the "
+                  "calls Slurm's scripts made to it) | "
+                  + " | ".join(f"gangs of {size}" for size in sizes) + " |",
                   "|---|" + "---|" * len(sizes)]
         for kind in kinds:
             lines.append(f"| {kind} | " + " | ".join(

@@ -154,11 +154,14 @@ async def run(tb: cluster.Testbed, running: RunningScheduler, rates: list[float]
 
 def render(figures: dict[str, Any]) -> str:
     lines = [f"Each rate for {figures['seconds']:.0f} s; every job or Pod lives "
-             f"{figures['lifetime']:.0f} s after it started or was bound.", "",
+             f"{figures['lifetime']:.0f} s after it started or was bound. The last two columns "
+             "are what a slow binding could wait for (the scheduler's metrics).", "",
              "| rate /s | raw submit-to-started p50 / p99 s | sunk creation-to-bound p50 / p99 s "
              "| overhead p50 / p99 s | started-to-bound p50 / p99 s | scheduler CPU per Pod ms "
-             "| scheduler share of a core | scheduler's loop waiting for a CPU | machine busy |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| scheduler share of a core | scheduler's loop waiting for a CPU | machine busy "
+             "| event loop checks late by more than 100 ms | Pod keys waiting more than 100 ms "
+             "for a worker (mean wait) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for rate, both in sorted(figures["rates"].items(), key=lambda kv: float(kv[0])):
         raw, ours = both["raw"], both["sunk"]
 
@@ -170,20 +173,21 @@ def render(figures: dict[str, Any]) -> str:
                      f"{two(ours['started_to_bound'])} | {ours['scheduler_cpu_ms_per_pod']:.1f} | "
                      f"{ours['scheduler_cpu_share']:.1%} | "
                      f"{_share(ours.get('scheduler_cpu_wait_share'))} | "
-                     f"{ours['cpu_cores']['machine total']:.2f} of 2 cores |")
-    waits = [(rate, both["sunk"]["pauses"]) for rate, both in sorted(
-        figures["rates"].items(), key=lambda kv: float(kv[0])) if "pauses" in both["sunk"]]
-    if waits:
-        lines += ["", "What a slow binding could wait for, per rate (the scheduler's metrics):"]
-    for rate, p in waits:
-        lag, queued = p.get("loop_lag") or {}, p.get("queue_wait") or {}
-        lines.append(
-            f"- {rate} Pods/s: the event loop late by more than 100 ms "
-            f"{lag.get('over_0.1s', 0):.0f} times of {lag.get('count', 0):.0f}; of "
-            f"{queued.get('count', 0):.0f} Pod keys queued, "
-            f"{queued.get('over_0.1s', 0):.0f} waited more than 100 ms for a worker (mean "
-            f"{1000 * queued.get('seconds', 0) / max(1.0, queued.get('count', 0)):.1f} ms).")
+                     f"{ours['cpu_cores']['machine total']:.2f} of 2 cores | "
+                     f"{_waits(ours.get('pauses'))} |")
     return "\n".join(lines)
+
+
+def _waits(pauses: dict[str, Any] | None) -> str:
+    """The event loop's lateness and the Pod keys' queueing, as two cells (empty for a record
+    made before they were measured)."""
+    if pauses is None:
+        return " | "
+    lag, queued = pauses.get("loop_lag") or {}, pauses.get("queue_wait") or {}
+    mean = 1000 * queued.get("seconds", 0) / max(1.0, queued.get("count", 0))
+    return (f"{lag.get('over_0.1s', 0):.0f} of {lag.get('count', 0):.0f} | "
+            f"{queued.get('over_0.1s', 0):.0f} of {queued.get('count', 0):.0f} "
+            f"({mean:.1f} ms)")
 
 
 def _share(value: float | None) -> str:

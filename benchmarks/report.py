@@ -13,7 +13,7 @@ Everything outside the markers is kept byte for byte. A section whose scenario h
 is left as it is (with a warning); a record no section names is reported. ``--check`` writes
 nothing and exits 1 if the document differs from what it would write.
 
-A section starts with the record's command, date, machine, versions and test bed, whatever the
+A section starts with the record's command, date, machine, test bed and versions, whatever the
 scenario; then its figures, rendered by the function the scenario registered
 (``register("saturate", render)``: a record in, markdown out), or else by
 :func:`default_renderer` (a table of every figure); then the record's plots, as images.
@@ -136,26 +136,23 @@ def default_renderer(rec: Record) -> str:
 
 
 def header(rec: Record) -> str:
-    """The lines every section starts with: command, date, machine, versions, test bed."""
+    """The two lines every section starts with: the command, its date and the code measured;
+    the machine, the test bed and the other versions."""
     versions = dict(rec["versions"])
-    own = f"sunk {versions.pop('sunk', '?')} (commit {versions.pop('commit', '?')})"
-    lines = [f"Command: {code_span(rec['command'])}", "",
-             f"- Date: {rec['date']}",
-             f"- Machine: {results.describe_machine(rec['machine'])}",
-             "- Versions: " + ", ".join([own, *(f"{k} {v}" for k, v in
-                                              sorted(versions.items()))])]
-    if rec["bed"]:
-        lines.append("- Test bed: " + ", ".join(f"{name} {fmt(value)}" for name, value in
-                                                 flatten(rec["bed"])))
-    return "\n".join(lines)
+    own = f"sunk {versions.pop('sunk', '?')} at commit {versions.pop('commit', '?')}"
+    bed = [f"{name} {fmt(value)}" for name, value in flatten(rec["bed"])]
+    bed += [f"{k} {v}" for k, v in sorted(versions.items())]
+    machine = results.describe_machine(rec["machine"])
+    return "\n".join([f"- Command: {code_span(rec['command'])} ({rec['date']}, {own})",
+                      f"- Machine: {machine}" + (f"; test bed: {', '.join(bed)}" if bed else "")])
 
 
 def images(rec: Record, doc: Path) -> str:
-    """The record's plots as markdown images, linked relative to ``doc``."""
+    """The record's plots as markdown images, linked relative to ``doc``, in one paragraph."""
     def link(path: str) -> str:
         return Path(os.path.relpath(results.REPO / path, doc.parent)).as_posix()
 
-    return "\n\n".join(f"![{p['title']}]({link(p['path'])})" for p in rec.get("plots", []))
+    return "\n".join(f"![{p['title']}]({link(p['path'])})" for p in rec.get("plots", []))
 
 
 def render(rec: Record, doc: Path = DOC) -> str:

@@ -320,32 +320,45 @@ def render(figures: dict[str, Any]) -> str:
                   f"30 s), {r['adopted']} jobs adopted, RSS {r['rss_mib']:.0f} MiB after; "
                   f"a probe right after: started-to-bound p99 "
                   f"{r['probe']['started_to_bound']['p99']:.3f} s."]
-    for key, when in (("dashboard", "at the top with nothing changing (after the idle "
-                                    "window)"),
-                      ("dashboard_busy", "right after the probe at the top, while Slurm starts "
-                                         "pending jobs on the nodes its Pods left")):
-        if key not in figures:
-            continue
-        d = figures[key]
-        lines += [f"- Dashboard Pods page (first 100 rows of all Pods) {when}: "
-                  f"p50 {1000 * d['seconds']['p50']:.0f} ms, p99 "
-                  f"{1000 * d['seconds']['p99']:.0f} ms over {d['runs']} requests "
-                  f"({d['bytes']:,} bytes; target 200 ms)."]
-        if "cpu_wait" in d:  # records made before the wait was measured have no such line
-            lines += [f"  - of each answer, the scheduler's event loop waited for a CPU "
-                      f"p50 {1000 * d['cpu_wait']['p50']:.0f} ms, p99 "
-                      f"{1000 * d['cpu_wait']['p99']:.0f} ms (the bed's load); answers less "
-                      f"that wait: p50 {1000 * d['less_cpu_wait']['p50']:.0f} ms, p99 "
-                      f"{1000 * d['less_cpu_wait']['p99']:.0f} ms."]
-        lines += _pauses(d.get("pauses_meanwhile") or {}, "  - meanwhile")
     last = figures.get("dashboard_busy") or figures.get("dashboard") or {}
     lines += _pauses(last.get("pauses_since_start") or {},
                      "- The scheduler's pauses over the whole run")
+    boards = [(when, figures[key]) for key, when in (
+        ("dashboard", "at the top, nothing changing (after the idle window)"),
+        ("dashboard_busy", "right after the probe at the top, while Slurm starts pending jobs "
+                           "on the nodes its Pods left")) if key in figures]
+    if boards:
+        lines += ["", "| dashboard Pods page, first 100 rows of all Pods (target 200 ms) | "
+                  "requests | bytes | p50 / p99 ms | of it, the event loop waiting for a CPU "
+                  "p50 / p99 ms | less that wait p50 / p99 ms | meanwhile: full garbage "
+                  "collections | meanwhile: event loop late by more than 100 / 250 ms |",
+                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {when} | {d['runs']} | {d['bytes']:,} | {_ms(d['seconds'])} | "
+                  f"{_ms(d.get('cpu_wait'))} | {_ms(d.get('less_cpu_wait'))} | "
+                  f"{_gc(d.get('pauses_meanwhile'))} | {_lag(d.get('pauses_meanwhile'))} |"
+                  for when, d in boards]
     return "\n".join(lines)
 
 
 def _share(value: float | None) -> str:
     return "" if value is None else f"{value:.0%}"
+
+
+def _ms(seconds: dict[str, float] | None) -> str:
+    """p50 / p99 in ms; empty for a record made before the figure was measured."""
+    return "" if seconds is None else (f"{1000 * seconds['p50']:.0f} / "
+                                       f"{1000 * seconds['p99']:.0f}")
+
+
+def _gc(p: dict[str, Any] | None) -> str:
+    gc_full = (p or {}).get("gc_full")
+    return "" if not gc_full else (f"{gc_full['count']:.0f} ({gc_full['seconds']:.2f} s, "
+                                   f"{gc_full['over_0.1s']:.0f} over 100 ms)")
+
+
+def _lag(p: dict[str, Any] | None) -> str:
+    lag = (p or {}).get("loop_lag")
+    return "" if not lag else f"{lag['over_0.1s']:.0f} / {lag['over_0.25s']:.0f} times"
 
 
 def _pauses(p: dict[str, Any], title: str) -> list[str]:

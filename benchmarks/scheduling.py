@@ -238,21 +238,14 @@ def render_saturate(rec: results.Record) -> str:
         f"- Pods bound per second / raw jobs started per second: {f['ratio']:.2f}; with a "
         f"scheduler that cost nothing it could reach {f['ceiling']:.2f}; "
         f"**ratio to that ceiling: {f['ratio_to_ceiling']:.3f}** (target 0.97 or more)",
-        "", "CPU per job or Pod in each phase (ms):", "",
-        "| part | raw Slurm | sunk |", "|---|---|---|",
+        "", "| CPU per job or Pod (ms) | raw Slurm | sunk |", "|---|---|---|",
         *(f"| {part} | {raw['cpu_ms'].get(part, 0):.1f} | {ours['cpu_ms'].get(part, 0):.1f} |"
           for part in sorted(set(raw["cpu_ms"]) | set(ours["cpu_ms"]),
                              key=lambda x: -ours["cpu_ms"].get(x, 0))),
-        "", "Requests per Pod in the sunk phase, as the scheduler counts them (its own "
-        "calls, and the hook calls Slurm's scripts make to it):", "",
-        "| request | per Pod |", "|---|---|",
+        "", "| the scheduler's requests in the sunk phase (its own counters; a hook's: the calls "
+        "Slurm's scripts made to it) | per Pod |", "|---|---|",
         *(f"| {k} | {v:.2f} |" for k, v in sorted(
             f["scheduler_requests_per_pod"].items(), key=lambda kv: -kv[1]) if v >= 0.01),
-        "", "API server requests per Pod (its `apiserver_request_total`; the benchmark's own "
-        "are one create per Pod and one watch):", "",
-        "| request | per Pod |", "|---|---|",
-        *(f"| {k} | {v:.2f} |" for k, v in sorted(
-            f["apiserver_requests_per_pod"].items(), key=lambda kv: -kv[1])),
     ]
     return "\n".join(lines)
 

@@ -138,7 +138,7 @@ def test_the_record_renders_each_invariant_with_its_violations() -> None:
     text = render({"figures": figures})  # type: ignore[typeddict-item]
     assert "700 Pods created (750 seen, with those the soak's Jobs, JobSets and " in text
     assert "13 faults (kill slurmctld 5, stop scheduler 8)" in text
-    assert "- two replicas with leader election from 360.5 s on" in text
+    assert "did not answer); two replicas with leader election from 360.5 s on\n" in text
     assert "work done: gang 10, pod 690" in text
     assert f"| {INVARIANTS['bound-pod-has-one-job'][0]} | none |" in text
     assert f"| {INVARIANTS['no-job-without-pod'][0]} | 1 |" in text

@@ -17,12 +17,9 @@ from benchmarks.results import Record
 from tests.unit.benchmarks.test_results import COMMAND, a_record
 
 HEADER = (
-    f"Command: `{COMMAND}`\n"
-    "\n"
-    "- Date: 2026-11-23T21:54:47Z\n"
-    "- Machine: 2 cores (AMD EPYC 7B13), 23.5 GiB, Python 3.11.7, kernel 6.1.0-28-cloud-amd64\n"
-    "- Versions: sunk 0.1.0 (commit d313bf9), slurm 24.11.5\n"
-    "- Test bed: nodes 100"
+    f"- Command: `{COMMAND}` (2026-11-23T21:54:47Z, sunk 0.1.0 at commit d313bf9)\n"
+    "- Machine: 2 cores (AMD EPYC 7B13), 23.5 GiB, Python 3.11.7, kernel 6.1.0-28-cloud-amd64; "
+    "test bed: nodes 100, slurm 24.11.5"
 )
 
 # Prose with what a careless rewrite would lose: trailing spaces, a tab, no blank line before a
