@@ -90,9 +90,10 @@ def job_look(job: Mapping[str, Any]) -> JobLook:
     # gres_detail follows the allocation (Slurm's node order); ``nodes`` is printed sorted by
     # name once the job ends.
     resources = job.get("job_resources")
-    allocated = (resources.get("nodes") or {}).get("allocation") if isinstance(
-        resources, Mapping) else None
-    node_list = (tuple(str(a.get("name")) for a in allocated) if allocated
+    held = resources.get("nodes") if isinstance(resources, Mapping) else None
+    allocated = held.get("allocation") if isinstance(held, Mapping) else None
+    node_list = (tuple(str(a.get("name")) for a in allocated if isinstance(a, Mapping))
+                 if isinstance(allocated, list) and allocated
                  else tuple(expand_hostlist(nodes)) if nodes else ())
     gpus = frozenset((node, int(i)) for node, detail in zip(node_list, job.get("gres_detail")
                                                             or [], strict=False)

@@ -40,6 +40,16 @@ class GangReconciler:
         self.translate_settings = translate_settings
         self.settings = cluster.settings
         self.prefix = self.settings.annotation_prefix
+        #: Slurm's node table as last indexed (its place per node name), and the listing it
+        #: was indexed from: indexed again only when the poller replaces the listing.
+        self._node_order: tuple[object, dict[str, int]] = (None, {})
+
+    def node_order(self) -> dict[str, int]:
+        """Each Slurm node's place in Slurm's node table (the order ranks follow)."""
+        table = self.cluster.state.slurm_nodes
+        if self._node_order[0] is not table:
+            self._node_order = (table, {name: i for i, name in enumerate(table)})
+        return self._node_order[1]
 
     def claim(self, pod: kube.Obj) -> gang.Claim | None:
         return gang.claim(pod, self.prefix, self.cluster.gang_owners())
@@ -91,7 +101,7 @@ class GangReconciler:
             view = JobView.of(job)
             nodes = hetjob.ranked_nodes([expand_hostlist(c) for c in job.components] if
                                         job.components else [expand_hostlist(job.nodes)],
-                                        job.owner.parts, self.cluster.state.slurm_nodes)
+                                        job.owner.parts, self.node_order())
             gang_job = gangplan.GangJob(job.job_id, view, job.owner.members, nodes,
                                         job.owner.parts)
         started_for = None

@@ -16,7 +16,7 @@ annotation ``<prefix>gang-shape`` says what the gang's owner accepts then.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sunk.plans import placement
@@ -122,17 +122,16 @@ def gang_jobs(members: list[dict[str, Any]], gang: PodIdentity, snap: placement.
 
 
 def ranked_nodes(components: Sequence[Sequence[str]], split: Sequence[int],
-                 node_table: Iterable[str] = ()) -> tuple[str, ...]:
+                 node_order: Mapping[str, int] | None = None) -> tuple[str, ...]:
     """Each member's node, in rank order: rank r on the next node of its component (``()``
     while Slurm's node lists do not match the members).
 
-    A component's nodes are taken in the order of Slurm's node table (``node_table``, its
-    node names as ``GET /nodes/`` lists them), the order its tasks are numbered in. Slurm
+    A component's nodes are taken in the order of Slurm's node table (``node_order``: each
+    node's place in ``GET /nodes/``'s listing), the order its tasks are numbered in. Slurm
     prints a running job's nodes in that order but rewrites them sorted by name once it ends
     (``a100-[005,007],h100-006``): read as printed, an ended gang's ranks would move to other
     nodes. A node the table does not list keeps its printed place, after those it lists."""
-    order = {name: i for i, name in enumerate(node_table)}
-    if order:
+    if order := node_order:
         components = [sorted(nodes, key=lambda n: (n not in order, order.get(n, 0)))
                       for nodes in components]
     if not split:

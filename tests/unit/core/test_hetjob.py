@@ -176,7 +176,7 @@ def test_each_member_gets_the_next_node_of_its_component() -> None:
 def test_ranks_follow_slurms_node_order_not_the_printed_one() -> None:
     """Slurm prints an ended job's nodes sorted by name (``a100-[005,007],h100-006``); its
     tasks were numbered in node-table order, and so are the members."""
-    order = ["h100-004", "a100-005", "h100-006", "a100-007"]
+    order = {"h100-004": 4, "a100-005": 5, "h100-006": 6, "a100-007": 7}
     printed = [["h100-004"], ["a100-005", "a100-007", "h100-006"]]
     assert hetjob.ranked_nodes(printed, (0, 1, 1, 1), order) == (
         "h100-004", "a100-005", "h100-006", "a100-007")
