@@ -96,19 +96,29 @@ class Soak:
 
     async def check(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            down = self.injector.down_now
-            seen = await chaoslook.fetch(self.kube, self.slurm, self.namespace)
-            down = down or self.injector.down_now
-            self.looks += 1
-            if seen is None:
-                self.unreadable_looks += 1
-            else:
-                self.pods_seen.update(p.uid for p in seen.pods)
-                for entry in self.tracker.look(self.now(), invariants.check(seen), down=down):
-                    entry["faults_around"] = [f for f in self.injector.log
-                                              if abs(f["at"] - float(str(entry["since"]))) < 60]
-                    print(f"[chaos] VIOLATION {entry}", flush=True)
+            await self.look()
             await asyncio.sleep(0.5)
+
+    async def look(self) -> None:
+        """One look at both sides, its violations told to the tracker."""
+        down = self.injector.down_now
+        seen = await chaoslook.fetch(self.kube, self.slurm, self.namespace)
+        down = down or self.injector.down_now
+        self.looks += 1
+        if seen is None:
+            self.unreadable_looks += 1
+            return
+        self.pods_seen.update(p.uid for p in seen.pods)
+        for entry in self.tracker.look(self.now(), invariants.check(seen), down=down):
+            entry["faults_around"] = [f for f in self.injector.log
+                                      if abs(f["at"] - float(str(entry["since"]))) < 60]
+            print(f"[chaos] VIOLATION {entry}", flush=True)
+
+    async def still_seen(self) -> list[dict[str, object]]:
+        """The violations a last look, taken once the checker has stopped, still shows: the
+        checker's own last look may be older than the one that found the bed settled."""
+        await self.look()
+        return self.tracker.lasting(self.now())
 
     async def settled(self) -> bool:
         look = await chaoslook.fetch(self.kube, self.slurm, self.namespace)
@@ -206,7 +216,7 @@ async def soak(tb: cluster.Testbed, running: RunningScheduler, *, minutes: float
             await injector.close()
             if settled is None and injector.replicas is not None:
                 injector.replicas.stop()  # cut short: nothing of the soak's may run on
-        lasting = the_soak.tracker.lasting(the_soak.now())
+        lasting = await the_soak.still_seen()
     return figures(the_soak, seed=seed, minutes=minutes, settled=settled, lasting=lasting)
 
 
