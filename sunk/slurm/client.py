@@ -263,7 +263,10 @@ class SlurmClient:
         if (listing := _typed(r, _decode_states)) is not None:
             with contextlib.suppress(ValueError):  # an odd id: read field by field, below
                 for state in listing.jobs:
-                    if (job_id := _leader_id(state.job_id)) is not None:
+                    raw = state.job_id  # nearly always a number's text: read without a call
+                    job_id = (int(raw) if type(raw) is str and raw.isdigit() and raw.isascii()
+                              else _leader_id(raw))
+                    if job_id is not None:
                         states[job_id] = state.state[0] if state.state else "UNKNOWN"
                 return states
             states.clear()
