@@ -41,7 +41,7 @@ from sunk.model.nodeindex import NodeIndex
 from sunk.model.noderoom import NodeRoom
 from sunk.model.state import SchedulerState
 from sunk.model.wholepod import WholePods
-from sunk.plans import fit, gang, placement
+from sunk.plans import exclusions, fit, gang, placement
 from sunk.runtime import metrics
 from sunk.runtime.supervise import forever
 from sunk.settings import Settings
@@ -76,7 +76,7 @@ class Cluster:
         #: Nodes whose placement facts changed, and each kind of Pod's excluded Slurm nodes
         #: brought up to date from them (not every Node looked at for every submission).
         self.node_changes = fit.NodeChanges()
-        self.exclusions = placement.Exclusions(self.node_changes)
+        self.exclusions = exclusions.Exclusions(self.node_changes)
         self.node_room = NodeRoom(settings.scheduler_name, self.slurmd_selector, self._jobs,
                                   self.node_informer)
         self.usage = self.node_room.usage

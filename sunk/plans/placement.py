@@ -10,16 +10,18 @@ slurmctld restart that killed every such job in a peer project).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from sunk import objects
 from sunk.plans import fit
+
+if TYPE_CHECKING:
+    from sunk.plans.exclusions import Exclusions
 
 LOCK_TAINT = "sunk.coreweave.com/lock"
 _encode = msgspec.json.Encoder().encode
@@ -216,7 +218,7 @@ def node_fits(pod: Mapping[str, Any], node: NodeInfo) -> str | None:
     return PodConstraints.of(pod).why_not(node)
 
 
-def _needs(wants: fit.Resources) -> tuple[tuple[str, int], ...]:
+def room_needs(wants: fit.Resources) -> tuple[tuple[str, int], ...]:
     """What must stay within a Node's allocatable for one more Pod (as ``fit.shortfall``
     counts it): each resource requested above zero, and one of the Node's ``pods``."""
     return tuple((r, amount) for r, amount in (*wants.items(), (fit.PODS, 1)) if amount > 0)
@@ -228,12 +230,12 @@ def excluded_slurm_nodes(pod: Mapping[str, Any], snap: Snapshot) -> list[str]:
     if snap.exclusions is not None:
         return snap.exclusions.excluded(pod, snap)
     constraints = PodConstraints.of(pod)
-    needs = _needs(fit.pod_requests(pod))
+    needs = room_needs(fit.pod_requests(pod))
     return [slurm_node for slurm_node, node in snap.known_nodes
-            if _excludes(constraints, needs, node, snap.used)]
+            if node_excluded(constraints, needs, node, snap.used)]
 
 
-def _excludes(constraints: PodConstraints, needs: tuple[tuple[str, int], ...],
+def node_excluded(constraints: PodConstraints, needs: tuple[tuple[str, int], ...],
               node: NodeInfo | None, used: Callable[[str], fit.Resources] | None) -> bool:
     """Whether a Slurm node on ``node`` is excluded. Runs for every Node at a full look, so the
     usual Node (no taint, room to spare) for the usual Pod (no selector, no affinity) costs a
@@ -249,55 +251,6 @@ def _excludes(constraints: PodConstraints, needs: tuple[tuple[str, int], ...],
         if amount > allocatable.get(resource, 0) - taken.get(resource, 0):
             return True
     return False
-
-
-@dataclass
-class _Excluded:
-    slurm_to_k8s: Mapping[str, str]
-    slurm_nodes: frozenset[str] | None
-    position: int
-    nodes: set[str]
-
-
-class Exclusions:
-    """:func:`excluded_slurm_nodes` for the kinds of Pod submitted lately (what a Pod asks of
-    a Node, and its requests), each brought up to date only on the Nodes that changed since
-    (:class:`sunk.plans.fit.NodeChanges`). Looking at every Node at every submission cost
-    0.2 ms of CPU a Pod at 100 Nodes, and grows with the cluster; a job's Node changes twice
-    (its lock's taint on and off) and its Pod's requests once."""
-
-    def __init__(self, changes: fit.NodeChanges, kinds: int = 64) -> None:
-        self.changes = changes
-        self._kinds = kinds
-        self._memo: OrderedDict[tuple[bytes, tuple[tuple[str, int], ...]], _Excluded] = (
-            OrderedDict())
-
-    def excluded(self, pod: Mapping[str, Any], snap: Snapshot) -> list[str]:
-        constraints = PodConstraints.of(pod)
-        needs = _needs(fit.pod_requests(pod))
-        kind = (constraints.key, needs)
-        memo = self._memo.pop(kind, None)
-        position = self.changes.position
-        changed = (self.changes.since(memo.position) if memo is not None
-                   and memo.slurm_to_k8s is snap.slurm_to_k8s
-                   and memo.slurm_nodes is snap.slurm_nodes else None)
-        if memo is None or changed is None:  # new, or the Slurm nodes or their mapping moved
-            memo = _Excluded(snap.slurm_to_k8s, snap.slurm_nodes, position, {
-                slurm_node for slurm_node, node in snap.known_nodes
-                if _excludes(constraints, needs, node, snap.used)})
-        else:
-            for k8s in changed:
-                node = snap.nodes.get(k8s)
-                for slurm_node in snap.on_k8s_node.get(k8s, ()):
-                    if _excludes(constraints, needs, node, snap.used):
-                        memo.nodes.add(slurm_node)
-                    else:
-                        memo.nodes.discard(slurm_node)
-            memo.position = position
-        self._memo[kind] = memo
-        if len(self._memo) > self._kinds:
-            self._memo.popitem(last=False)
-        return sorted(memo.nodes)
 
 
 def why_excluded(pod: Mapping[str, Any], snap: Snapshot, slurm_node: str) -> str:

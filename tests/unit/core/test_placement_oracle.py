@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk.plans import fit
+from sunk.plans.exclusions import Exclusions
 from sunk.plans.fit import NodeChanges
 from sunk.plans.placement import (
     CORDONED,
     LOCK_TAINT,
     NO_ROOM,
     UNMAPPED,
-    Exclusions,
     NodeInfo,
     Snapshot,
     excluded_slurm_nodes,
@@ -278,7 +278,7 @@ class World:
 def test_the_memo_answers_as_a_full_look_through_any_sequence_of_changes() -> None:
     """Nodes changed, added and removed, requests bound and released, Slurm nodes remapped,
     the change log cut and kinds of Pod evicted from the memo: after each, the memo's answer
-    for every kind of Pod is a full look's."""
+    for every kind of Pod, and for a kind never seen, is a full look's."""
     rng = random.Random(20261126)
     outcomes: set[str] = set()
     for _ in range(40):
@@ -305,7 +305,8 @@ def test_the_memo_answers_as_a_full_look_through_any_sequence_of_changes() -> No
                 world.to_k8s = {**world.to_k8s,
                                 rng.choice(list(world.to_k8s)): rng.choice([*names, ""])}
             outcomes.add(change)
-            for pod in rng.sample(pods, rng.randint(1, len(pods))):
+            # Pods seen before, and one never seen (its requests' Nodes found by bisection)
+            for pod in [*rng.sample(pods, rng.randint(1, len(pods))), random_pod(rng, names)]:
                 assert memo.excluded(pod, world.snapshot(memo)) == excluded_slurm_nodes(
                     pod, world.snapshot(None)), (change, pod)
     assert outcomes == {"node", "gone", "used", "remap"}
