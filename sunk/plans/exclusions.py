@@ -80,6 +80,11 @@ class Exclusions:
         return nodes
 
 
+#: The most resources :class:`FreeRoom` keeps sorted lists of (each costs a list entry per Node,
+#: and work at each change of a Node): a Pod may name any extended resource.
+MAX_RESOURCES = 16
+
+
 class FreeRoom:
     """Each Node's free room (allocatable less what is bound there), for each resource Pods
     have asked for, kept sorted: the Nodes short of a request are the front of each list, found
@@ -96,6 +101,9 @@ class FreeRoom:
 
     def short_of(self, needs: tuple[tuple[str, int], ...], snap: Snapshot) -> set[str]:
         """The Nodes with less free than ``needs`` asks of any resource (``snap.used`` set)."""
+        untracked = sum(resource not in self._sorted for resource, _ in needs)
+        if untracked and len(self._sorted) + untracked > MAX_RESOURCES:
+            self._position = None  # Pods named many resources: track only today's again
         self._catch_up(snap)
         short: set[str] = set()
         for resource, amount in needs:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk.plans import fit
-from sunk.plans.exclusions import Exclusions
+from sunk.plans.exclusions import MAX_RESOURCES, Exclusions
 from sunk.plans.fit import NodeChanges
 from sunk.plans.placement import (
     CORDONED,
@@ -323,3 +323,21 @@ def test_the_change_log_forgets_what_is_older_than_its_limit() -> None:
     assert changes.since(start) is None
     assert changes.since(middle) == {"c"}
     assert changes.since(changes.position) == set()
+
+
+def test_free_room_tracks_a_bounded_number_of_resources_and_still_answers() -> None:
+    """Pods naming ever new extended resources: the sorted lists kept stay few, and a kind of
+    Pod never seen still gets a full look's answer."""
+    rng = random.Random(7)
+    base = random_snapshot(rng)
+    names = [f"k{i}" for i in range(len(base.slurm_to_k8s))]
+    world = World(base.slurm_to_k8s, base.slurm_nodes, dict(base.nodes),
+                  {n: random_amounts(rng, 1) for n in names})
+    memo = Exclusions(NodeChanges())
+    for i in range(3 * MAX_RESOURCES):
+        pod = random_pod(rng, names)
+        pod["spec"]["containers"].append({"name": "x", "resources": {
+            "requests": {f"example.com/r{i}": "1", "cpu": rng.choice(("1", "8"))}}})
+        assert memo.excluded(pod, world.snapshot(memo)) == excluded_slurm_nodes(
+            pod, world.snapshot(None))
+        assert len(memo._room._sorted) <= MAX_RESOURCES
