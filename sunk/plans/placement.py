@@ -236,7 +236,7 @@ def excluded_slurm_nodes(pod: Mapping[str, Any], snap: Snapshot) -> list[str]:
 
 
 def node_excluded(constraints: PodConstraints, needs: tuple[tuple[str, int], ...],
-              node: NodeInfo | None, used: Callable[[str], fit.Resources] | None) -> bool:
+                  node: NodeInfo | None, used: Callable[[str], fit.Resources] | None) -> bool:
     """Whether a Slurm node on ``node`` is excluded. Runs for every Node at a full look, so the
     usual Node (no taint, room to spare) for the usual Pod (no selector, no affinity) costs a
     few attribute reads and the room sums, which are ``fit.shortfall``'s without its text."""
