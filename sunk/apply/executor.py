@@ -19,6 +19,7 @@ background: a bind never waits for one.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
@@ -32,6 +33,7 @@ from sunk.apply.nodeexecutor import NodeExecutor
 from sunk.apply.ports import KubePort, SlurmPort
 from sunk.apply.submissions import JobRecorder, Submitter
 from sunk.apply.waiting import WaitingWriter
+from sunk.model.assume import CancelsSent
 from sunk.model.cluster import Cluster
 from sunk.model.devices import device_mapping
 from sunk.model.podmemory import PodMemory, PodMemoryView
@@ -71,6 +73,8 @@ class Executor:
                                  cluster, kube_port, slurm, device_mapping(self.settings)))
         self.nodes = NodeExecutor(cluster, kube_port, slurm, background=self.background)
         self.gangs = GangExecutor(self, self._memory)
+        #: The cancels sent lately: a job is not cancelled twice while the first is in hand.
+        self._cancels = CancelsSent()
 
     @property
     def memory(self) -> PodMemoryView:
@@ -84,6 +88,10 @@ class Executor:
     def forget_gang(self, gang_id: str) -> None:
         """The gang has no Pod and no live job left."""
         self._memory.forget_gang(gang_id)
+
+    def forget_cancels(self) -> None:
+        """Slurm was away: a cancel sent before may be lost; the next one asked is sent."""
+        self._cancels.forget()
 
     def fire(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run ``coro`` in the background (Events: never on the hot path)."""
@@ -213,10 +221,17 @@ class Executor:
                                          self.owned.pod_uid: meta.uid})
         log.info("pod %s rejected: %s: %s", meta.key, reason, message)
 
-    async def cancel(self, job_id: int, key: str, why: str) -> None:
+    async def cancel(self, job_id: int, key: str, why: str) -> bool:
+        """Cancel ``job_id``, unless its cancel was sent moments ago (False): a Pod being
+        deleted, then gone, asks twice before Slurm's poll shows the job ended."""
+        if self._cancels.pending(job_id, time.monotonic()):
+            log.debug("pod %s: job %d: cancel sent already (%s)", key, job_id, why)
+            return False
         await self.slurm.cancel(job_id)
+        self._cancels.sent(job_id, time.monotonic())
         metrics.JOBS_CANCELLED.inc()
         log.info("pod %s: cancelled job %d: %s", key, job_id, why)
+        return True
 
     async def _delete_pod(self, pod: kube.Obj, record: PodRecord, why: str,
                           reason: str = "SlurmJobEnded") -> None:

@@ -54,8 +54,8 @@ async def collect(cluster: Cluster, executor: Executor, interval: float = 30.0,
             if who is None or why is None:
                 continue
             try:
-                await executor.cancel(job_id, who.key, why)
-                metrics.ORPHANS_CANCELLED.inc()
+                if await executor.cancel(job_id, who.key, why):
+                    metrics.ORPHANS_CANCELLED.inc()
             except SlurmError as exc:
                 log.warning("cancelling orphaned job %d failed: %s", job_id, exc)
         if wake is None:

@@ -123,6 +123,7 @@ class Scheduler:
     def slurm_back(self) -> None:
         if self.cluster.ready.is_set() and self.cluster.scheduling:
             log.info("Slurm answers again; listing its jobs and looking at every Pod")
+            self.executor.forget_cancels()  # a slurmctld that crashed may have lost them
             self.executor.fire(self.watch.relist())
             self._requeue_all()
             self._orphans_wake.set()  # jobs whose Pod went meanwhile: cancelled now

@@ -1,4 +1,5 @@
-"""What this process wrote to the API server, until the watch shows it (pure).
+"""What this process wrote to the API server, until the watch shows it, and the cancels it sent
+Slurm, until its poll can show them (pure).
 
 As kube-scheduler's assume cache: a write is assumed to have happened from the moment the API
 server accepted it, and is confirmed (dropped from here) when the watch brings the object back
@@ -16,6 +17,9 @@ from sunk import objects
 
 #: How many deleted objects' uids are kept: more than the writes that can be in flight at once.
 DELETED_KEPT = 4096
+#: How long a cancel sent to Slurm is taken as in hand: the job poll (every second) shows the
+#: job ending well within it. A job still not ended after it is cancelled again when asked.
+CANCEL_IN_HAND = 10.0
 
 
 class AssumeCache:
@@ -201,3 +205,35 @@ def _has(meta: objects.Meta, annotations: Mapping[str, str | None]) -> bool:
 
 def _shows_taint(taints: Iterable[Mapping[str, Any]], key: str) -> bool:
     return any(t.get("key") == key for t in taints)
+
+
+class CancelsSent:
+    """The jobs this process asked Slurm to cancel lately. A Pod being deleted asks for its
+    job's cancel, and asks again once it is gone, often before the job poll shows the first
+    one done: one cancel is enough. The caller gives the time (``time.monotonic()``)."""
+
+    def __init__(self, in_hand: float = CANCEL_IN_HAND) -> None:
+        self.in_hand = in_hand
+        #: Job id -> when its cancel was sent, oldest first.
+        self._sent: dict[int, float] = {}
+
+    def sent(self, job_id: int, now: float) -> None:
+        self._sent.pop(job_id, None)
+        self._sent[job_id] = now
+        while True:  # the oldest first: those no longer in hand go (this one stays)
+            oldest, at = next(iter(self._sent.items()))
+            if now - at < self.in_hand:
+                return
+            del self._sent[oldest]
+
+    def pending(self, job_id: int, now: float) -> bool:
+        """A cancel of ``job_id`` was sent less than ``in_hand`` seconds ago."""
+        at = self._sent.get(job_id)
+        return at is not None and now - at < self.in_hand
+
+    def forget(self) -> None:
+        """Slurm was away: what it was told may be lost with a slurmctld that crashed."""
+        self._sent.clear()
+
+    def __len__(self) -> int:
+        return len(self._sent)

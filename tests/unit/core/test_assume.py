@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sunk.model.assume import AssumeCache
+from sunk.model.assume import AssumeCache, CancelsSent
 
 LOCK = "sunk.coreweave.com/lock"
 JOB = "sunk.coreweave.com/job-id"
@@ -279,3 +279,29 @@ def test_only_the_newest_deleted_uids_are_kept(monkeypatch: Any) -> None:
     cache.bound("u1")  # forgotten as deleted: a write to it is assumed again
     cache.bound("u3")
     assert cache.is_bound(obj("u1")) and not cache.is_bound(obj("u3"))
+
+
+# -- cancels sent to Slurm -----------------------------------------------------------------
+def test_a_cancel_is_in_hand_for_a_while_then_not() -> None:
+    sent = CancelsSent(in_hand=10.0)
+    sent.sent(41, now=100.0)
+    assert sent.pending(41, now=100.0) and sent.pending(41, now=109.9)
+    assert not sent.pending(41, now=110.0), "not ended after it: cancelled again when asked"
+    assert not sent.pending(42, now=100.0)
+
+
+def test_cancels_no_longer_in_hand_are_dropped_as_new_ones_come() -> None:
+    sent = CancelsSent(in_hand=10.0)
+    for n in range(1000):
+        sent.sent(n, now=float(n))
+    assert len(sent) == 10, "only the last ten seconds' cancels are kept"
+    assert [n for n in range(1000) if sent.pending(n, now=999.0)] == list(range(990, 1000))
+    sent.sent(995, now=1000.0)  # sent again: its time is the new one
+    assert sent.pending(995, now=1009.0) and not sent.pending(991, now=1009.0)
+
+
+def test_forgotten_cancels_are_sent_again() -> None:
+    sent = CancelsSent()
+    sent.sent(7, now=0.0)
+    sent.forget()
+    assert not sent.pending(7, now=0.0) and len(sent) == 0

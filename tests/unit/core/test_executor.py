@@ -319,6 +319,29 @@ async def test_cancel_delete_and_retry(bed: Bed) -> None:
     assert delete["preconditions"] == {"uid": "aaaa-0001"}
 
 
+async def test_a_job_is_cancelled_once_while_that_cancel_is_in_hand(bed: Bed) -> None:
+    """A Pod being deleted, then gone (or an orphan sweep meanwhile), asks again before Slurm's
+    poll shows the job ended: one cancel is sent, and counted."""
+    sent = await bed.executor.cancel(41, "ns/p", "its Pod is being deleted")
+    again = await bed.executor.apply_pod(pod(), record(), [do.CancelJob(41, "was deleted")])
+    assert sent and again is None
+    assert not await bed.executor.cancel(41, "ns/p", "orphaned: its Pod no longer exists")
+    assert [p for m, p, _ in bed.slurm.seen] == ["/slurm/v0.0.42/job/41"]
+    bed.executor.forget_cancels()  # Slurm was away: the cancel may be lost with it
+    assert await bed.executor.cancel(41, "ns/p", "orphaned: its Pod no longer exists")
+    assert len(bed.slurm.seen) == 2
+
+
+async def test_a_cancel_that_failed_is_sent_again(bed: Bed) -> None:
+    bed.slurm.routes[("DELETE", "/slurm/v0.0.42/job/41")] = slurm_error(
+        500, 1, "Unspecified error")
+    with pytest.raises(SlurmError):
+        await bed.executor.cancel(41, "ns/p", "its Pod is being deleted")
+    del bed.slurm.routes[("DELETE", "/slurm/v0.0.42/job/41")]
+    assert await bed.executor.cancel(41, "ns/p", "its Pod was deleted")
+    assert len(bed.slurm.seen) == 2
+
+
 async def test_ignored_annotations_and_replacements_are_remembered(bed: Bed) -> None:
     await bed.executor.apply_pod(pod(), record(), [do.ReportIgnored("job-id: copied"),
                                                    do.Replace(33)])

@@ -47,11 +47,12 @@ async def test_a_wake_looks_for_orphans_at_once_not_at_the_next_round() -> None:
     tried: list[float] = []
 
     class Executor:
-        async def cancel(self, job_id: int, key: str, why: str) -> None:
+        async def cancel(self, job_id: int, key: str, why: str) -> bool:
             tried.append(asyncio.get_running_loop().time())
             if len(tried) == 1:
                 raise SlurmError("slurmctld is down")
             jobs.jobs = {}
+            return True
 
     wake = asyncio.Event()
     sweep = asyncio.create_task(collect(cast(Any, cluster), cast(Any, Executor()),
