@@ -63,6 +63,8 @@ class GangIndex:
         self.handlers: list[Callable[[str], None]] = []
         #: Called with each Pod filed again as its Kubernetes PodGroup or JobSet changes.
         self.pod_handlers: list[Callable[[str, kube.Obj], None]] = []
+        #: The lookups of :meth:`owners`, with which informers had listed when they were made.
+        self._owners: tuple[tuple[bool, bool, bool], gang.Owners] | None = None
 
     def observe(self, kind: str, pod: kube.Obj) -> None:
         """A watch event of a Pod naming this scheduler: file it under its gang, if any."""
@@ -136,36 +138,41 @@ class GangIndex:
                 if member_id(p["metadata"].get("uid", "")) in wanted]
 
     def owners(self) -> gang.Owners:
-        """The sizes the batch Jobs and PodGroups give, as the informers have them now."""
-        jobs, groups = self.job_informer.cache, self.podgroup_informer.cache
+        """The sizes the batch Jobs and PodGroups give, as the informers have them now. Made
+        again only when an informer's first listing lands (every Pod event asks)."""
+        known = (self.podgroup_informer.synced.is_set(), self.workload_informer.synced.is_set(),
+                 self.jobset_informer.synced.is_set())
+        if self._owners is None or self._owners[0] != known:
+            self._owners = known, self._make_owners(*known)
+        return self._owners[1]
+
+    def _make_owners(self, podgroups_known: bool, workloads_known: bool,
+                     jobsets_known: bool) -> gang.Owners:
+        # each lookup reads the informer's cache at call time: a relist replaces it
 
         def job(namespace: str, name: str) -> tuple[int | None, int | None] | None:
-            found = jobs.get(f"{namespace}/{name}")
+            found = self.job_informer.cache.get(f"{namespace}/{name}")
             if found is None:
                 return None
             spec = found.get("spec") or {}
             return spec.get("parallelism"), spec.get("completions")
 
         def podgroup(namespace: str, name: str) -> int | None:
-            found = groups.get(f"{namespace}/{name}")
+            found = self.podgroup_informer.cache.get(f"{namespace}/{name}")
             size = ((found or {}).get("spec") or {}).get("minMember")
             return size if isinstance(size, int) and not isinstance(size, bool) else None
 
         def kubernetes_podgroup(namespace: str, name: str) -> workload.Policy | None:
-            found = workloads.get(f"{namespace}/{name}")
+            found = self.workload_informer.cache.get(f"{namespace}/{name}")
             return workload.policy(found) if found is not None else None
 
         def jobset_shape(namespace: str, name: str) -> jobset.Shape | None:
-            found = jobsets.get(f"{namespace}/{name}")
+            found = self.jobset_informer.cache.get(f"{namespace}/{name}")
             return jobset.shape(found, self.scheduler_name) if found is not None else None
 
-        workloads, jobsets = self.workload_informer.cache, self.jobset_informer.cache
-        return gang.Owners(job=job, podgroup=podgroup,
-                           podgroups_known=self.podgroup_informer.synced.is_set(),
-                           workload=kubernetes_podgroup,
-                           workloads_known=self.workload_informer.synced.is_set(),
-                           jobset=jobset_shape,
-                           jobsets_known=self.jobset_informer.synced.is_set())
+        return gang.Owners(job=job, podgroup=podgroup, podgroups_known=podgroups_known,
+                           workload=kubernetes_podgroup, workloads_known=workloads_known,
+                           jobset=jobset_shape, jobsets_known=jobsets_known)
 
     def _on_group(self, source: str, obj: kube.Obj) -> None:
         """A Kubernetes PodGroup or a JobSet seen, changed or gone: the Pods naming it are

@@ -140,6 +140,21 @@ def test_pods_are_filed_again_when_their_podgroup_turns_out_basic() -> None:
     assert index._in_group == {}
 
 
+def test_the_owners_lookups_are_made_once_and_read_the_caches_as_they_are_now() -> None:
+    """Every Pod event asks for them: made again only when an informer's first listing lands,
+    and a relist (a new cache) is read, not the cache they were made with."""
+    index = GangIndex(api=None, annotation_prefix=PREFIX)  # type: ignore[arg-type]
+    first = index.owners()
+    assert index.owners() is first and not first.workloads_known
+    index.job_informer.cache = {"ns/train": {"spec": {"parallelism": 4, "completions": 4}}}
+    assert first.job("ns", "train") == (4, 4)
+    put(index.workload_informer, BASIC | {"metadata": {"name": "g", "namespace": "ns"}})
+    assert first.workload("ns", "g") == workload.policy(BASIC)
+    index.workload_informer.synced.set()
+    now = index.owners()
+    assert now is not first and now.workloads_known and index.owners() is now
+
+
 # -- the condition on the PodGroup ----------------------------------------------------------------
 def condition(version: str = "v1beta1", **over: Any) -> dict[str, Any] | None:
     facts: dict[str, Any] = {"gang": "workload:g", "size": 4, "bound": 0, "job_id": 7,
