@@ -222,13 +222,19 @@ class Executor:
         log.info("pod %s rejected: %s: %s", meta.key, reason, message)
 
     async def cancel(self, job_id: int, key: str, why: str) -> bool:
-        """Cancel ``job_id``, unless its cancel was sent moments ago (False): a Pod being
-        deleted, then gone, asks twice before Slurm's poll shows the job ended."""
+        """Cancel ``job_id``, unless its cancel was sent moments ago or is on its way (False):
+        a Pod being deleted, then gone, asks twice before Slurm's poll shows the job ended,
+        often while the first is still on its way. A cancel that fails is not remembered: its
+        caller is retried (and the orphan sweep finds a job whose Pod is gone)."""
         if self._cancels.pending(job_id, time.monotonic()):
             log.debug("pod %s: job %d: cancel sent already (%s)", key, job_id, why)
             return False
-        await self.slurm.cancel(job_id)
         self._cancels.sent(job_id, time.monotonic())
+        try:
+            await self.slurm.cancel(job_id)
+        except BaseException:
+            self._cancels.failed(job_id)
+            raise
         metrics.JOBS_CANCELLED.inc()
         log.info("pod %s: cancelled job %d: %s", key, job_id, why)
         return True

@@ -208,9 +208,10 @@ def _shows_taint(taints: Iterable[Mapping[str, Any]], key: str) -> bool:
 
 
 class CancelsSent:
-    """The jobs this process asked Slurm to cancel lately. A Pod being deleted asks for its
-    job's cancel, and asks again once it is gone, often before the job poll shows the first
-    one done: one cancel is enough. The caller gives the time (``time.monotonic()``)."""
+    """The jobs this process asked Slurm to cancel lately, counted from when the cancel was
+    sent (on its way counts). A Pod being deleted asks for its job's cancel, and asks again
+    once it is gone, often before the job poll shows the first one done, or before its answer:
+    one cancel is enough. The caller gives the time (``time.monotonic()``)."""
 
     def __init__(self, in_hand: float = CANCEL_IN_HAND) -> None:
         self.in_hand = in_hand
@@ -230,6 +231,10 @@ class CancelsSent:
         """A cancel of ``job_id`` was sent less than ``in_hand`` seconds ago."""
         at = self._sent.get(job_id)
         return at is not None and now - at < self.in_hand
+
+    def failed(self, job_id: int) -> None:
+        """The cancel of ``job_id`` failed: asked again, it is sent."""
+        self._sent.pop(job_id, None)
 
     def forget(self) -> None:
         """Slurm was away: what it was told may be lost with a slurmctld that crashed."""

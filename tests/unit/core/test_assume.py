@@ -303,5 +303,8 @@ def test_cancels_no_longer_in_hand_are_dropped_as_new_ones_come() -> None:
 def test_forgotten_cancels_are_sent_again() -> None:
     sent = CancelsSent()
     sent.sent(7, now=0.0)
+    sent.sent(8, now=0.0)
+    sent.failed(8)
+    assert sent.pending(7, now=0.0) and not sent.pending(8, now=0.0), "a failed one is not kept"
     sent.forget()
     assert not sent.pending(7, now=0.0) and len(sent) == 0

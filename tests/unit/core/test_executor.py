@@ -342,6 +342,50 @@ async def test_a_cancel_that_failed_is_sent_again(bed: Bed) -> None:
     assert len(bed.slurm.seen) == 2
 
 
+class HeldCancels:
+    """A Slurm port whose cancels wait for :attr:`answer` (the bed's stand-in answers at once)."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+        self.answer = asyncio.Event()
+        self.error: SlurmError | None = None
+
+    async def cancel(self, job_id: int) -> None:
+        self.calls.append(job_id)
+        await self.answer.wait()
+        if self.error is not None:
+            raise self.error
+
+
+async def test_a_cancel_on_its_way_is_not_sent_again(bed: Bed) -> None:
+    """The Pod's DELETED event comes while the cancel asked as it was being deleted waits for
+    slurmrestd's answer: nothing more is sent."""
+    held = HeldCancels()
+    bed.executor.slurm = held  # type: ignore[assignment]
+    first = asyncio.create_task(bed.executor.cancel(41, "ns/p", "its Pod is being deleted"))
+    await asyncio.sleep(0)
+    async with asyncio.timeout(1):  # it does not wait for the first's answer either
+        assert not await bed.executor.cancel(41, "ns/p", "its Pod was deleted")
+    held.answer.set()
+    assert await first and held.calls == [41]
+
+
+async def test_a_cancel_that_fails_on_its_way_is_sent_when_asked_again(bed: Bed) -> None:
+    held = HeldCancels()
+    held.error = SlurmError("slurmctld did not answer")
+    bed.executor.slurm = held  # type: ignore[assignment]
+    first = asyncio.create_task(bed.executor.cancel(41, "ns/p", "its Pod is being deleted"))
+    await asyncio.sleep(0)
+    async with asyncio.timeout(1):  # it does not wait for the first's answer either
+        assert not await bed.executor.cancel(41, "ns/p", "its Pod was deleted")
+    held.answer.set()
+    with pytest.raises(SlurmError):
+        await first  # its caller is retried
+    held.error = None
+    assert await bed.executor.cancel(41, "ns/p", "its Pod is being deleted")
+    assert held.calls == [41, 41]
+
+
 async def test_ignored_annotations_and_replacements_are_remembered(bed: Bed) -> None:
     await bed.executor.apply_pod(pod(), record(), [do.ReportIgnored("job-id: copied"),
                                                    do.Replace(33)])
