@@ -345,10 +345,10 @@ async def test_a_cancel_that_failed_is_sent_again(bed: Bed) -> None:
 class HeldCancels:
     """A Slurm port whose cancels wait for :attr:`answer` (the bed's stand-in answers at once)."""
 
-    def __init__(self) -> None:
+    def __init__(self, error: SlurmError | None = None) -> None:
         self.calls: list[int] = []
         self.answer = asyncio.Event()
-        self.error: SlurmError | None = None
+        self.error = error
 
     async def cancel(self, job_id: int) -> None:
         self.calls.append(job_id)
@@ -357,28 +357,26 @@ class HeldCancels:
             raise self.error
 
 
-async def test_a_cancel_on_its_way_is_not_sent_again(bed: Bed) -> None:
-    """The Pod's DELETED event comes while the cancel asked as it was being deleted waits for
-    slurmrestd's answer: nothing more is sent."""
-    held = HeldCancels()
+async def asked_twice(bed: Bed, held: HeldCancels) -> asyncio.Task[bool]:
+    """The cancel asked as the Pod was being deleted, on its way when its DELETED event asks
+    again: the second sends nothing, and does not wait for the first's answer either."""
     bed.executor.slurm = held  # type: ignore[assignment]
     first = asyncio.create_task(bed.executor.cancel(41, "ns/p", "its Pod is being deleted"))
     await asyncio.sleep(0)
-    async with asyncio.timeout(1):  # it does not wait for the first's answer either
+    async with asyncio.timeout(1):
         assert not await bed.executor.cancel(41, "ns/p", "its Pod was deleted")
     held.answer.set()
-    assert await first and held.calls == [41]
+    return first
+
+
+async def test_a_cancel_on_its_way_is_not_sent_again(bed: Bed) -> None:
+    held = HeldCancels()
+    assert await (await asked_twice(bed, held)) and held.calls == [41]
 
 
 async def test_a_cancel_that_fails_on_its_way_is_sent_when_asked_again(bed: Bed) -> None:
-    held = HeldCancels()
-    held.error = SlurmError("slurmctld did not answer")
-    bed.executor.slurm = held  # type: ignore[assignment]
-    first = asyncio.create_task(bed.executor.cancel(41, "ns/p", "its Pod is being deleted"))
-    await asyncio.sleep(0)
-    async with asyncio.timeout(1):  # it does not wait for the first's answer either
-        assert not await bed.executor.cancel(41, "ns/p", "its Pod was deleted")
-    held.answer.set()
+    held = HeldCancels(SlurmError("slurmctld did not answer"))
+    first = await asked_twice(bed, held)
     with pytest.raises(SlurmError):
         await first  # its caller is retried
     held.error = None
